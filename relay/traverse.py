@@ -1,0 +1,185 @@
+"""The one traversal driver for Relay expressions: iterative, DAG-aware.
+
+Programs can be hundreds of thousands of nodes deep (a chain of graph
+bindings is a chain of nested calls), so nothing here recurses. Every pass
+that walks expressions goes through `children`, `post_order` or `rewrite`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+from .ast import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of `expr` in evaluation order (binders excluded)."""
+    match expr:
+        case Call(op=op, args=args):
+            return (op, *args)
+        case Let(value=value, body=body):
+            return (value, body)
+        case Tuple(fields=fields):
+            return fields
+        case TupleGetItem(tuple_value=t):
+            return (t,)
+        case Function(body=body):
+            return (body,)
+        case If(cond=c, true_branch=t, false_branch=f):
+            return (c, t, f)
+        case Match(data=data, clauses=clauses):
+            return (data, *(c.rhs for c in clauses))
+        case RefCreate(value=v):
+            return (v,)
+        case RefRead(ref=r):
+            return (r,)
+        case RefWrite(ref=r, value=v):
+            return (r, v)
+        case Var() | GlobalVar() | Constant() | Op() | Constructor():
+            return ()
+    raise TypeError(f"not a Relay expression: {type(expr).__name__}")
+
+
+def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
+    """`expr` with its children (as `children` lists them) replaced.
+
+    Returns `expr` itself when every child is the same object.
+    """
+    old = children(expr)
+    if len(old) == len(new) and all(a is b for a, b in zip(old, new)):
+        return expr
+    match expr:
+        case Call():
+            return dataclasses.replace(expr, op=new[0], args=tuple(new[1:]))
+        case Let():
+            return dataclasses.replace(expr, value=new[0], body=new[1])
+        case Tuple():
+            return dataclasses.replace(expr, fields=tuple(new))
+        case TupleGetItem():
+            return dataclasses.replace(expr, tuple_value=new[0])
+        case Function():
+            return dataclasses.replace(expr, body=new[0])
+        case If():
+            return dataclasses.replace(expr, cond=new[0], true_branch=new[1], false_branch=new[2])
+        case Match():
+            clauses = tuple(
+                c if c.rhs is rhs else Clause(c.lhs, rhs, span=c.span) for c, rhs in zip(expr.clauses, new[1:])
+            )
+            return dataclasses.replace(expr, data=new[0], clauses=clauses)
+        case RefCreate():
+            return dataclasses.replace(expr, value=new[0])
+        case RefRead():
+            return dataclasses.replace(expr, ref=new[0])
+        case RefWrite():
+            return dataclasses.replace(expr, ref=new[0], value=new[1])
+    raise TypeError(f"{type(expr).__name__} has no children to replace")
+
+
+def post_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> list[Expr]:
+    """Every node reachable from `roots`, each once, children before parents.
+
+    With `into_functions=False`, function literals are listed but their
+    bodies are not entered.
+    """
+    order: list[Expr] = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = []
+    root_list = [roots] if isinstance(roots, Expr) else list(roots)
+    for root in reversed(root_list):
+        stack.append((root, False))
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        key = id(node)
+        if key in seen:
+            continue
+        seen.add(key)
+        stack.append((node, True))
+        if not into_functions and isinstance(node, Function):
+            continue
+        kids = children(node)
+        for kid in reversed(kids):
+            if id(kid) not in seen:
+                stack.append((kid, False))
+    return order
+
+
+def pre_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> list[Expr]:
+    """Every node reachable from `roots`, each once, parents before children
+    (the first time a node is reached), children left to right."""
+    order: list[Expr] = []
+    seen: set[int] = set()
+    root_list = [roots] if isinstance(roots, Expr) else list(roots)
+    stack: list[Expr] = list(reversed(root_list))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        if not into_functions and isinstance(node, Function):
+            continue
+        stack.extend(reversed(children(node)))
+    return order
+
+
+def rewrite(root: Expr, visit: Callable[[Expr, Expr], Expr], *, into_functions: bool = True) -> Expr:
+    """Rebuild `root` bottom-up: each node's children are rewritten first,
+    then `visit(original, rebuilt)` gives the node's replacement.
+
+    `rebuilt` is `original` with rewritten children (the same object when
+    none changed). Shared nodes are rewritten once, so sharing is kept.
+    """
+    memo: dict[int, Expr] = {}
+    for node in post_order(root, into_functions=into_functions):
+        if not into_functions and isinstance(node, Function):
+            memo[id(node)] = visit(node, node)
+            continue
+        kids = children(node)
+        rebuilt = with_children(node, tuple(memo[id(k)] for k in kids)) if kids else node
+        memo[id(node)] = visit(node, rebuilt)
+    return memo[id(root)]
+
+
+def free_vars(expr: Expr) -> list[Var]:
+    """Local variables used in `expr` but not bound inside it, in first-use order."""
+    from .ast import pattern_vars
+
+    bound: set[int] = set()
+    for node in post_order(expr):
+        match node:
+            case Function(params=params):
+                bound.update(id(p) for p in params)
+            case Let(var=var):
+                bound.add(id(var))
+            case Match(clauses=clauses):
+                for clause in clauses:
+                    bound.update(id(v) for v in pattern_vars(clause.lhs))
+    out: list[Var] = []
+    seen: set[int] = set()
+    for node in pre_order(expr):
+        if isinstance(node, Var) and id(node) not in bound and id(node) not in seen:
+            seen.add(id(node))
+            out.append(node)
+    return out
