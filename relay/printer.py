@@ -1,0 +1,563 @@
+"""Print a Module in the Relay text format that TVM <= 0.19 parses.
+
+Every non-atomic node gets a graph binding `%N = ...;` (numbered across the
+module, as TVM does), so printed text is flat however deep the program is.
+A binding is placed in the innermost scope (function body, `if` branch,
+match clause, parenthesised let block) that encloses all of its uses, and
+emitted just before its first use there. Nested scopes are printed through
+a generator trampoline, so scope nesting costs no Python stack either.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from typing import Any, Generator, Iterator
+
+from . import ast as A
+from .device import VirtualDevice
+from .traverse import children, post_order
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_INLINE_DTYPES = {"float32": "f", "float16": "f16", "float64": "f64", "int32": "", "int64": "i64", "bool": ""}
+
+Lines = list[str]
+
+
+def print_text(module: A.Module) -> str:
+    """The module as Relay text, with a `#[metadata]` section when meta
+    entries are known. Meta indices of known entries are kept; new entries
+    are appended to their table."""
+    return _Printer(module).print_module()
+
+
+def _trampoline(gen: Generator[Any, Any, Any]) -> Any:
+    """Run a generator-based recursion with an explicit stack."""
+    stack = [gen]
+    value: Any = None
+    while stack:
+        try:
+            sub = stack[-1].send(value)
+        except StopIteration as stop:
+            stack.pop()
+            value = stop.value
+            continue
+        stack.append(sub)
+        value = None
+    return value
+
+
+class _Scope:
+    """A printed block: its root expression, the lets printed as `let`
+    lines (the spine) and the expression that ends the block."""
+
+    __slots__ = ("parent", "depth", "root", "spine", "result")
+
+    def __init__(self, parent: _Scope | None, root: A.Expr) -> None:
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.root = root
+        self.spine: list[A.Let] = []
+        self.result: A.Expr = root
+
+
+def _lca(a: _Scope, b: _Scope) -> _Scope:
+    while a.depth > b.depth:
+        a = a.parent  # type: ignore[assignment]
+    while b.depth > a.depth:
+        b = b.parent  # type: ignore[assignment]
+    while a is not b:
+        a = a.parent  # type: ignore[assignment]
+        b = b.parent  # type: ignore[assignment]
+    return a
+
+
+def _is_atomic(expr: A.Expr) -> bool:
+    return isinstance(expr, (A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant))
+
+
+class _Printer:
+    def __init__(self, module: A.Module) -> None:
+        self.module = module
+        self.tables: dict[str, list[Any]] = {k: list(v) for k, v in module.meta.items()}
+        self.index_cache: dict[str, dict[int, int]] = {}
+        self.counter = 0
+        self.names: dict[int, str] = {}  # id(node) -> printed name (%N or %var)
+        self.used_names: set[str] = set()
+        self.scope_of: dict[int, _Scope] = {}  # where a node's graph binding goes
+        self.spine_of: dict[int, _Scope] = {}  # the block a `let` line belongs to
+        self.let_blocks: set[int] = set()  # lets printed as `( let ...; body )`
+        self.inner: dict[int, list[_Scope]] = {}  # scopes opened by fn / if / match / let block
+        self.refcount: dict[int, int] = {}
+        self.emitted: set[int] = set()
+
+    # ---------------------------------------------------------------- module
+
+    def print_module(self) -> str:
+        out = ['#[version = "0.0.5"]']
+        for typedef in self.module.type_definitions:
+            out.append(self._type_def(typedef))
+        for gv, func in self.module.functions:
+            out.append("def @" + gv.name + _trampoline(self._function(func, None)))
+        if self.module.expr is not None:
+            out.append(_trampoline(self._toplevel_expr(self.module.expr)))
+        text = "\n".join(out) + "\n"
+        if any(self.tables.values()):
+            from .tvm_json import encode_meta_section
+
+            text += "\n#[metadata]\n" + encode_meta_section(self.tables) + "\n"
+        return text
+
+    def _type_def(self, typedef: A.TypeData) -> str:
+        head = typedef.header.name
+        if typedef.type_vars:
+            head += "[" + ", ".join(tv.name for tv in typedef.type_vars) + "]"
+        lines = [f"type {head} {{"]
+        for ctor in typedef.constructors:
+            if ctor.inputs:
+                lines.append(f"  {ctor.name}({', '.join(self.type(t) for t in ctor.inputs)}),")
+            else:
+                lines.append(f"  {ctor.name},")
+        if not typedef.constructors:
+            lines.append("  ")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _toplevel_expr(self, expr: A.Expr) -> Generator[Any, Any, str]:
+        from .traverse import free_vars
+
+        lines = []
+        for var in free_vars(expr):
+            name = self._bind_name(var)
+            annotation = f": {self.type(var.type_annotation)}" if var.type_annotation is not None else ""
+            lines.append(f"free_var {name}{annotation};")
+        root = self._assign_scopes(expr, None)
+        body: Lines = yield self._block(root)
+        return "\n".join(lines + body)
+
+    # ---------------------------------------------------------------- scopes
+
+    def _assign_scopes(self, body: A.Expr, parent: _Scope | None) -> _Scope:
+        """Decide, for every non-atomic node under `body`, the block its
+        binding is printed in: the innermost block enclosing all its uses.
+        Returns the block of `body` itself."""
+        nodes = post_order(body)
+        refcount = self.refcount
+        for node in nodes:
+            for kid in children(node):
+                refcount[id(kid)] = refcount.get(id(kid), 0) + 1
+        refcount[id(body)] = refcount.get(id(body), 0) + 1
+        top = self._open(parent, body, None)
+        for node in reversed(nodes):  # parents before children
+            key = id(node)
+            if key in self.spine_of and key not in self.let_blocks:
+                block = self.spine_of[key]
+                let = node  # a `let` line of `block`
+                assert isinstance(let, A.Let)
+                self._use(let.value, block)
+                continue
+            here = self.scope_of.get(key)
+            if here is None:
+                continue
+            match node:
+                case A.Function(body=inner):
+                    self.inner[key] = [self._open(here, inner, node)]
+                case A.If(cond=c, true_branch=t, false_branch=f):
+                    self._use(c, here)
+                    self.inner[key] = [self._open(here, t, node), self._open(here, f, node)]
+                case A.Match(data=data, clauses=clauses):
+                    self._use(data, here)
+                    self.inner[key] = [self._open(here, clause.rhs, node) for clause in clauses]
+                case A.Let():
+                    self.let_blocks.add(key)
+                    self.inner[key] = [self._open(here, node, node)]
+                case _:
+                    for kid in children(node):
+                        self._use(kid, here)
+        return top
+
+    def _open(self, parent: _Scope | None, root: A.Expr, owner: A.Expr | None) -> _Scope:
+        """A new block for `root`; its leading single-use lets become its spine."""
+        scope = _Scope(parent, root)
+        node = root
+        while isinstance(node, A.Let) and (self.refcount.get(id(node), 0) == 1 or node is owner):
+            scope.spine.append(node)
+            self.spine_of[id(node)] = scope
+            node = node.body
+        scope.result = node
+        self._use(node, scope)
+        return scope
+
+    def _use(self, kid: A.Expr, scope: _Scope) -> None:
+        if _is_atomic(kid):
+            return
+        found = self.scope_of.get(id(kid))
+        self.scope_of[id(kid)] = scope if found is None else _lca(found, scope)
+
+    # ---------------------------------------------------------------- blocks
+
+    def _block(self, scope: _Scope) -> Generator[Any, Any, Lines]:
+        """The lines of a block: bindings and lets, then the result."""
+        lines: Lines = []
+        for let in scope.spine:
+            yield from self._emit_deps(let.value, scope, lines)
+            var = let.var
+            name = self._bind_name(var)
+            annotation = f": {self.type(var.type_annotation)}" if var.type_annotation is not None else ""
+            value_text = yield self._ref(let.value, scope, inline=True)
+            lines.append(f"let {name}{annotation} = {value_text};")
+        yield from self._emit_deps(scope.result, scope, lines)
+        lines.append((yield self._ref(scope.result, scope, inline=True)))
+        return lines
+
+    def _emit_deps(self, root: A.Expr, scope: _Scope, lines: Lines) -> Generator[Any, Any, None]:
+        """Emit, in dependency order, the bindings of this block that `root`
+        needs (looking through nested blocks). `root` itself is left for the
+        caller to print inline when this is its only use."""
+        inline_root = self.refcount.get(id(root), 0) <= 1
+        stack: list[tuple[A.Expr, bool]] = [(root, False)]
+        visiting: set[int] = set()
+        while stack:
+            node, expanded = stack.pop()
+            key = id(node)
+            if expanded:
+                if node is root and inline_root:
+                    continue
+                if self.scope_of.get(key) is scope and key not in self.emitted:
+                    if key in self.spine_of and key not in self.let_blocks:
+                        continue
+                    self.emitted.add(key)
+                    text = yield self._render(node, scope)
+                    lines.append(f"{self._graph_name(node)} = {text};")
+                continue
+            if key in visiting or key in self.emitted or _is_atomic(node):
+                continue
+            if key in self.spine_of and key not in self.let_blocks:
+                where = self.spine_of[key]
+            else:
+                where = self.scope_of.get(key)  # type: ignore[assignment]
+            if where is None or where.depth < scope.depth:
+                continue  # bound by an enclosing block already
+            visiting.add(key)
+            stack.append((node, True))
+            for kid in reversed(children(node)):
+                stack.append((kid, False))
+
+    def _ref(self, node: A.Expr, scope: _Scope, *, inline: bool = False) -> Generator[Any, Any, str]:
+        """How `node` is written where it is used: an atomic form, its graph
+        name, or in an inline position (let value, block result) its text."""
+        if _is_atomic(node):
+            return self._atomic(node)
+        name = self.names.get(id(node))
+        if name is not None:
+            return name
+        if not inline:
+            raise AssertionError(f"{type(node).__name__} used before its binding was printed")
+        text: str = yield self._render(node, scope)
+        return text
+
+    def _graph_name(self, node: A.Expr) -> str:
+        name = f"%{self.counter}"
+        self.counter += 1
+        self.names[id(node)] = name
+        return name
+
+    # ---------------------------------------------------------------- nodes
+
+    def _render(self, node: A.Expr, scope: _Scope) -> Generator[Any, Any, str]:
+        """The text of a non-atomic node whose children are already named."""
+        match node:
+            case A.Call(op=callee, args=args, attrs=attrs):
+                parts = []
+                for arg in args:
+                    parts.append((yield self._ref(arg, scope)))
+                parts.extend(self._call_attrs(callee, attrs))
+                head = yield self._ref(callee, scope)
+                return f"{head}({', '.join(parts)})"
+            case A.Tuple(fields=fields):
+                parts = []
+                for f in fields:
+                    parts.append((yield self._ref(f, scope)))
+                if len(parts) == 1:
+                    return f"({parts[0]},)"
+                return "(" + ", ".join(parts) + ")"
+            case A.TupleGetItem(tuple_value=t, index=i):
+                return f"{(yield self._ref(t, scope))}.{i}"
+            case A.RefCreate(value=v):
+                return f"ref({(yield self._ref(v, scope))})"
+            case A.RefRead(ref=r):
+                return f"ref_read({(yield self._ref(r, scope))})"
+            case A.RefWrite(ref=r, value=v):
+                ref_text = yield self._ref(r, scope)
+                value_text = yield self._ref(v, scope)
+                return f"ref_write({ref_text}, {value_text})"
+            case A.Function():
+                text: str = yield self._function(node, scope)
+                return "fn " + text
+            case A.If(cond=c, true_branch=t, false_branch=f):
+                cond = yield self._ref(c, scope)
+                then_scope, else_scope = self.inner[id(node)]
+                then_lines = yield self._block(then_scope)
+                else_lines = yield self._block(else_scope)
+                return (
+                    f"if ({cond}) {{\n{_indent(then_lines)}\n}} else {{\n{_indent(else_lines)}\n}}"
+                )
+            case A.Match(data=data, clauses=clauses, complete=complete):
+                head = yield self._ref(data, scope)
+                out = [f"{'match' if complete else 'match?'} ({head}) {{"]
+                for clause, clause_scope in zip(clauses, self.inner[id(node)]):
+                    pattern = self._pattern(clause.lhs)
+                    body = yield self._block(clause_scope)
+                    out.append(f"  {pattern} => {{\n{_indent(body, 4)}\n  }},")
+                out.append("}")
+                return "\n".join(out)
+            case A.Let():
+                body_lines = yield self._block(self.inner[id(node)][0])
+                return "(\n" + _indent(body_lines) + "\n)"
+        raise TypeError(f"cannot print {type(node).__name__}")
+
+    def _function(self, func: A.Function, scope: _Scope | None) -> Generator[Any, Any, str]:
+        head = ""
+        if func.type_params:
+            head += "[" + ", ".join(tv.name for tv in func.type_params) + "]"
+        params = []
+        for p in func.params:
+            text = self._bind_name(p)
+            if p.virtual_device is not None and not _unconstrained(p.virtual_device):
+                text += f" {{virtual_device={self.meta_ref('VirtualDevice', p.virtual_device)}}}"
+            if p.type_annotation is not None:
+                text += ": " + self.type(p.type_annotation)
+            params.append(text)
+        for key, value in func.attrs:
+            params.append(f"{key}={self.attr_value(value)}")
+        if func.virtual_device is not None and not _unconstrained(func.virtual_device):
+            params.append(f"virtual_device={self.meta_ref('VirtualDevice', func.virtual_device)}")
+        head += "(" + ", ".join(params) + ")"
+        if func.ret_type is not None:
+            head += " -> " + self.type(func.ret_type)
+        if scope is None:
+            inner = self._assign_scopes(func.body, None)
+        else:
+            inner = self.inner[id(func)][0]
+        body: Lines = yield self._block(inner)
+        return head + " {\n" + _indent(body) + "\n}"
+
+    def _pattern(self, pattern: A.Pattern) -> str:
+        match pattern:
+            case A.PatternWildcard():
+                return "_"
+            case A.PatternVar(var=var):
+                text = self._bind_name(var)
+                if var.type_annotation is not None:
+                    text += ": " + self.type(var.type_annotation)
+                return text
+            case A.PatternConstructor(constructor=ctor, patterns=ps):
+                if not ps:
+                    return ctor.name
+                return f"{ctor.name}({', '.join(self._pattern(p) for p in ps)})"
+            case A.PatternTuple(patterns=ps):
+                return "(" + ", ".join(self._pattern(p) for p in ps) + ")"
+        raise TypeError(f"cannot print pattern {type(pattern).__name__}")
+
+    def _bind_name(self, var: A.Var) -> str:
+        found = self.names.get(id(var))
+        if found is not None:
+            return found
+        base = var.name if _PLAIN_NAME.match(var.name) else (re.sub(r"\W", "_", var.name) or "x")
+        if base[0].isdigit():
+            base = "v" + base
+        name = base
+        suffix = 1
+        while name in self.used_names:
+            name = f"{base}{suffix}"
+            suffix += 1
+        self.used_names.add(name)
+        self.names[id(var)] = "%" + name
+        return "%" + name
+
+    def _atomic(self, node: A.Expr) -> str:
+        match node:
+            case A.Var():
+                found = self.names.get(id(node))
+                return found if found is not None else self._bind_name(node)
+            case A.GlobalVar(name=name):
+                return "@" + name
+            case A.Op(name=name):
+                return name
+            case A.Constructor(name=name):
+                return name
+            case A.Constant(data=data, meta_index=meta_index):
+                if data is None:
+                    return f"meta[relay.Constant][{meta_index}]"
+                literal = _scalar_literal(data)
+                if literal is not None:
+                    return literal
+                return self.meta_ref("relay.Constant", node)
+        raise TypeError(f"not atomic: {type(node).__name__}")
+
+    # ---------------------------------------------------------------- attrs, meta, types
+
+    def _call_attrs(self, callee: A.Expr, attrs: A.Attrs | None) -> list[str]:
+        if attrs is None or not attrs.fields:
+            return []
+        fields = attrs.fields
+        if isinstance(callee, A.Op):
+            fields = _non_default_fields(callee.name, attrs)
+        return [f"{key}={self.attr_value(value)}" for key, value in fields]
+
+    def attr_value(self, value: Any) -> str:
+        if value is None:
+            return "None"
+        if isinstance(value, bool):
+            return "True" if value else "False"
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, float):
+            return _double_literal(value) + "f"
+        if isinstance(value, str):
+            return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        if isinstance(value, tuple):
+            return "[" + ", ".join(self.attr_value(v) for v in value) + "]"
+        if isinstance(value, A.MetaRef):
+            return f"meta[{value.kind}][{value.index}]"
+        if isinstance(value, VirtualDevice):
+            return self.meta_ref("VirtualDevice", value)
+        for kind, table in self.tables.items():
+            for i, entry in enumerate(table):
+                if entry is value:
+                    return f"meta[{kind}][{i}]"
+        kind = getattr(value, "type_key", None) or type(value).__name__
+        return self.meta_ref(kind, value)
+
+    def meta_ref(self, kind: str, value: Any) -> str:
+        """`meta[kind][i]` for a table entry: its own index when it is in the
+        table (by identity, or by value for virtual devices), else appended."""
+        if isinstance(value, A.MetaRef):
+            return f"meta[{value.kind}][{value.index}]"
+        table = self.tables.setdefault(kind, [])
+        cache = self.index_cache.setdefault(kind, {})
+        index = cache.get(id(value))
+        if index is None:
+            for i, entry in enumerate(table):
+                if entry is value:
+                    index = i
+                    break
+            else:
+                if isinstance(value, VirtualDevice):
+                    for i, entry in enumerate(table):
+                        if entry == value:
+                            index = i
+                            break
+            if index is None:
+                index = len(table)
+                table.append(value)
+            cache[id(value)] = index
+        return f"meta[{kind}][{index}]"
+
+    def type(self, ty: A.Type) -> str:
+        match ty:
+            case A.TensorType(shape=shape, dtype=dtype):
+                if not shape:
+                    return dtype
+                return f"Tensor[({', '.join(_dim(d) for d in shape)}), {dtype}]"
+            case A.TupleType(fields=fields):
+                if len(fields) == 1:
+                    return f"({self.type(fields[0])},)"
+                return "(" + ", ".join(self.type(f) for f in fields) + ")"
+            case A.FuncType(arg_types=args, ret_type=ret, type_params=tps):
+                head = "fn "
+                if tps:
+                    head += "[" + ", ".join(tv.name for tv in tps) + "]"
+                return f"{head}({', '.join(self.type(a) for a in args)}) -> {self.type(ret)}"
+            case A.TypeVar(name=name) | A.GlobalTypeVar(name=name):
+                return name
+            case A.TypeCall(func=func, args=args):
+                return f"{self.type(func)}[{', '.join(self.type(a) for a in args)}]"
+            case A.RefType(value=value):
+                return f"ref({self.type(value)})"
+            case A.IncompleteType():
+                return "_"
+        raise TypeError(f"cannot print type {type(ty).__name__}")
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _unconstrained(device: Any) -> bool:
+    return isinstance(device, VirtualDevice) and device.is_fully_unconstrained
+
+
+def _indent(lines: Lines, width: int = 2) -> str:
+    pad = " " * width
+    return "\n".join(pad + line.replace("\n", "\n" + pad) if line else line for line in lines)
+
+
+def _dim(d: A.Dim) -> str:
+    if isinstance(d, bool):
+        return str(int(d))
+    if isinstance(d, int):
+        return str(d)
+    if isinstance(d, A.IntImm):
+        suffix = {"int64": "i64", "int32": "", "int16": "i16", "int8": "i8"}.get(d.dtype, "")
+        return f"{d.value}{suffix}"
+    if isinstance(d, A.AnyDim):
+        return "?"
+    return str(d)
+
+
+def _double_literal(value: float) -> str:
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if math.isnan(value):
+        return "nan"
+    text = repr(value)
+    if text.endswith(".0"):
+        text = text[:-2]
+    return text
+
+
+def _float32_literal(value: float) -> str:
+    """The shortest decimal that reads back as the same float32."""
+    if math.isinf(value) or math.isnan(value):
+        return _double_literal(value)
+    packed = struct.pack("<f", value)
+    for precision in range(1, 10):
+        text = f"{value:.{precision}g}"
+        if struct.pack("<f", float(text)) == packed:
+            break
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        sign = exponent[0] if exponent[0] in "+-" else ""
+        digits = exponent.lstrip("+-").rjust(2, "0")
+        text = f"{mantissa}e{sign}{digits}"
+    return text
+
+
+def _scalar_literal(data: A.NDArray) -> str | None:
+    if data.shape != () or data.dtype not in _INLINE_DTYPES:
+        return None
+    value = data.scalar_value()
+    if data.dtype == "bool":
+        return "True" if value else "False"
+    if data.dtype == "float32":
+        text = _float32_literal(value)
+        return None if text in ("inf", "-inf", "nan") else text + "f"
+    if data.dtype in ("float16", "float64"):
+        text = _double_literal(value) if data.dtype == "float64" else _float32_literal(value)
+        if text in ("inf", "-inf", "nan"):
+            return None
+        return text + _INLINE_DTYPES[data.dtype]
+    return f"{value}{_INLINE_DTYPES[data.dtype]}"
+
+
+def _non_default_fields(op_name: str, attrs: A.Attrs) -> tuple[tuple[str, Any], ...]:
+    try:
+        from .op_attrs import non_default_fields
+    except ImportError:
+        return attrs.fields
+    return non_default_fields(op_name, attrs)
+
+
+def iter_lines(text: str) -> Iterator[str]:
+    yield from text.splitlines()

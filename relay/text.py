@@ -1,0 +1,876 @@
+"""The Relay text format (version 0.0.5): a hand-written lexer and parser.
+
+The grammar, written once (EBNF; `seq` is what TVM's parser calls ParseExpr):
+
+    module    ::= version? (defn | typedef)* seq? metadata?
+    version   ::= '#[version = "0.0.5"]'
+    defn      ::= 'def' GLOBAL fnsig
+    typedef   ::= 'extern'? 'type' IDENT tparams? ('{' (ctor (',' ctor)* ','?)? '}')?
+    ctor      ::= IDENT ('(' type (',' type)* ')')?
+    fnsig     ::= tparams? '(' (param (',' param)*)? (',' attr)* ')' ('->' type)? '{' seq '}'
+    tparams   ::= '[' IDENT (',' IDENT)* ']'
+    param     ::= LOCAL ('{' attr (',' attr)* '}')? (':' type)?
+    seq       ::= (stmt ';')* single
+    stmt      ::= GRAPH '=' call | 'let' LOCAL (':' type)? '=' call
+                | 'free_var' LOCAL (':' type)? | single       (a sequenced value)
+    single    ::= '{' seq '}' | ('match' | 'match?') atom '{' clause (',' clause)* ','? '}' | call
+    clause    ::= pattern '=>' seq
+    pattern   ::= '_' | LOCAL (':' type)? | CTOR ('(' pattern (',' pattern)* ')')?
+                | '(' (pattern (',' pattern)*)? ')'
+    call      ::= atom ('(' (seq (',' seq)*)? (',' attr)* ')')*
+    atom      ::= (INT | FLOAT | BOOL | LOCAL | GRAPH | GLOBAL | IDENT | META
+                | 'fn' fnsig | 'if' '(' seq ')' '{' seq '}' 'else' '{' seq '}'
+                | 'ref' '(' seq ')' | 'ref_read' '(' seq ')' | 'ref_write' '(' seq ',' seq ')'
+                | '(' ')' | '(' seq ')' | '(' seq ',' (seq ','?)* ')') ('.' INT)?
+    attr      ::= IDENT '=' value
+    value     ::= INT | FLOAT | BOOL | STRING | META | 'None' | 'nullptr'
+                | '[' (value (',' value)*)? ']' | '(' value ')'
+    type      ::= '(' (type (',' type)* ','?)? ')' | 'fn' tparams? '(' (type (',' type)*)? ')' '->' type
+                | 'Tensor' '[' '(' (dim (',' dim)*)? ')' ',' IDENT ']' | DTYPE | '_'
+                | 'ref' '(' type ')' | IDENT ('[' (type (',' type)*)? ']')?
+    dim       ::= INT | '?' | META | IDENT
+    metadata  ::= '#[metadata]' JSON
+
+Sequences of graph bindings and lets are parsed in a loop, so a chain of any
+length costs constant stack. Syntactic nesting (parentheses, nested scopes) is
+recursive and limited to `MAX_NESTING` levels, past which a ParseError says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import Any, Callable, NoReturn
+
+from . import ast as A
+from .device import VirtualDevice
+from .span import ParseError, SourceText, Span
+
+MAX_NESTING = 600
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<lcomment>//[^\n]*)
+  | (?P<bcomment>/\*[\s\S]*?\*/)
+  | (?P<badcomment>/\*)
+  | (?P<version>\#\[version\s*=\s*"[^"\n]*"\])
+  | (?P<meta>meta\s*\[\s*[A-Za-z_][\w.]*\s*\]\s*\[\s*\d+\s*\])
+  | (?P<local>%[A-Za-z0-9_]+)
+  | (?P<global>@[A-Za-z0-9_][\w.]*)
+  | (?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?:f16|f32|f64|f)?|-?\d+(?:f16|f32|f64|f)|-?inff|nanf)
+  | (?P<int>-?\d+(?:i8|i16|i32|i64|u8|u16|u32|u64)?)
+  | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<badstring>")
+  | (?P<pmatch>match\?)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+  | (?P<arrow>->)
+  | (?P<fatarrow>=>)
+  | (?P<punct>[()\[\]{},;:=.?])
+  | (?P<error>.)
+    """,
+    re.VERBOSE,
+)
+_META_RE = re.compile(r"meta\s*\[\s*([A-Za-z_][\w.]*)\s*\]\s*\[\s*(\d+)\s*\]")
+_METADATA_RE = re.compile(r"^[ \t]*#\[metadata\][ \t]*\r?$", re.MULTILINE)
+_KEYWORDS = frozenset(
+    {"def", "fn", "let", "if", "else", "match", "type", "extern", "free_var", "ref", "ref_read", "ref_write", "True", "False"}
+)
+_DTYPE_RE = re.compile(r"(?:u?int|float|bfloat|bool)\d*(?:x\d+)?$")
+_INT_SUFFIX = {"": "int32", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+               "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64"}
+_FLOAT_SUFFIX = {"": "float32", "f": "float32", "f16": "float16", "f32": "float32", "f64": "float64"}
+
+# Token kinds after classification.
+EOF = "eof"
+
+
+def parse_text(
+    text: str,
+    name: str = "<string>",
+    virtual_devices: list[VirtualDevice] | None = None,
+    meta: dict[str, list[Any]] | None = None,
+) -> A.Module:
+    """Parse Relay text (as printed by TVM <= 0.19) into a Module.
+
+    `virtual_devices` (and, more generally, `meta`) are tables supplied next
+    to the text; their entries are appended after the text's own
+    `#[metadata]` entries of the same kind, as TVM's parser does.
+    Raises ParseError with the location of the first problem.
+    """
+    if not isinstance(text, str):
+        raise ParseError("Relay text must be a string")
+    source = SourceText(name, text)
+    head, tables, has_section = _split_metadata(text, source)
+    if meta:
+        for kind, entries in meta.items():
+            tables.setdefault(kind, []).extend(entries)
+    if virtual_devices:
+        tables.setdefault("VirtualDevice", []).extend(virtual_devices)
+    parser = _Parser(source, head, tables, has_section)
+    return parser.parse_module()
+
+
+def _split_metadata(text: str, source: SourceText) -> tuple[str, dict[str, list[Any]], bool]:
+    match = _METADATA_RE.search(text)
+    if match is None:
+        return text, {}, False
+    head = text[: match.start()]
+    body = text[match.end():]
+    from .tvm_json import decode_meta_section
+
+    try:
+        tables = decode_meta_section(body)
+    except ParseError as err:
+        line = text.count("\n", 0, match.start()) + 1
+        raise ParseError(f"bad #[metadata] section: {err.message}", Span(source, line, 1, line, 12)) from None
+    return head, {k: list(v) for k, v in tables.items()}, True
+
+
+class _Parser:
+    """Recursive descent over a token list; see the module docstring's grammar."""
+
+    def __init__(self, source: SourceText, text: str, tables: dict[str, list[Any]], has_section: bool) -> None:
+        self.source = source
+        self.text = text
+        self.tables = tables
+        self.has_section = has_section
+        self.kinds: list[str] = []
+        self.values: list[str] = []
+        self.starts: list[int] = []
+        self._tokenize()
+        self.pos = 0
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.graph: dict[int, A.Expr] = {}
+        self.scopes: list[dict[str, A.Var]] = [{}]
+        self.free_vars: dict[str, A.Var] = {}
+        self.globals: dict[str, A.GlobalVar] = {}
+        self.type_names: dict[str, A.GlobalTypeVar] = {}
+        self.ctors: dict[str, A.Constructor] = {}
+        self.type_scopes: list[dict[str, A.TypeVar]] = []
+        self.depth = 0
+        self.constants: dict[int, A.Constant] = {}
+
+    # ---------------------------------------------------------------- lexing
+
+    def _tokenize(self) -> None:
+        kinds, values, starts = self.kinds, self.values, self.starts
+        text = self.text
+        for m in _TOKEN_RE.finditer(text):
+            kind = m.lastgroup
+            if kind == "ws" or kind == "lcomment" or kind == "bcomment":
+                continue
+            value = m.group()
+            if kind == "ident":
+                if value in _KEYWORDS:
+                    kind = value
+            elif kind == "punct":
+                kind = value
+            elif kind == "local" and value[1:].isdigit():
+                kind = "graph"
+            elif kind == "badcomment":
+                self._fail_at(m.start(), "unterminated /* comment")
+            elif kind == "badstring":
+                self._fail_at(m.start(), "unterminated string literal")
+            elif kind == "error":
+                self._fail_at(m.start(), f"unexpected character {value!r}")
+            kinds.append(kind)
+            values.append(value)
+            starts.append(m.start())
+        kinds.append(EOF)
+        values.append("")
+        starts.append(len(text))
+
+    # ---------------------------------------------------------------- positions
+
+    def _line_col(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, offset)
+        return line, offset - self.line_starts[line - 1] + 1
+
+    def _span_from(self, first: int) -> Span:
+        """The span from token `first` to the last consumed token."""
+        last = max(first, self.pos - 1)
+        line, col = self._line_col(self.starts[first])
+        end = self.starts[last] + len(self.values[last])
+        end_line, end_col = self._line_col(end)
+        return Span(self.source, line, col, end_line, end_col)
+
+    def _token_span(self, index: int) -> Span:
+        start = self.starts[index]
+        line, col = self._line_col(start)
+        end_line, end_col = self._line_col(start + max(1, len(self.values[index])))
+        return Span(self.source, line, col, end_line, end_col)
+
+    def _fail_at(self, offset: int, message: str) -> NoReturn:
+        self.line_starts = getattr(self, "line_starts", None) or [0] + [m.end() for m in re.finditer("\n", self.text)]
+        line, col = self._line_col(offset)
+        raise ParseError(message, Span(self.source, line, col, line, col + 1))
+
+    def _fail(self, message: str, index: int | None = None) -> NoReturn:
+        raise ParseError(message, self._token_span(self.pos if index is None else index))
+
+    def _describe(self, index: int) -> str:
+        kind = self.kinds[index]
+        if kind == EOF:
+            return "end of input"
+        return f"`{self.values[index]}`"
+
+    # ---------------------------------------------------------------- token helpers
+
+    def peek(self, ahead: int = 0) -> str:
+        index = self.pos + ahead
+        return self.kinds[index] if index < len(self.kinds) else EOF
+
+    def accept(self, kind: str) -> bool:
+        if self.kinds[self.pos] == kind:
+            self.pos += 1
+            return True
+        return False
+
+    def expect(self, kind: str, what: str | None = None) -> str:
+        if self.kinds[self.pos] != kind:
+            self._fail(f"expected {what or '`' + kind + '`'}, found {self._describe(self.pos)}")
+        value = self.values[self.pos]
+        self.pos += 1
+        return value
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            self._fail(f"expression nested more than {MAX_NESTING} levels deep; bind parts with `%N = ...;`")
+
+    def _leave(self) -> None:
+        self.depth -= 1
+
+    def _separated(self, close: str, item: Callable[[], Any], stop: Callable[[], bool] | None = None) -> list[Any]:
+        """Items separated by commas up to `close` (consumed); trailing comma allowed."""
+        items: list[Any] = []
+        while not self.accept(close):
+            if stop is not None and stop():
+                self.expect(close)
+                break
+            items.append(item())
+            if not self.accept(","):
+                self.expect(close, f"`,` or `{close}`")
+                break
+        return items
+
+    # ---------------------------------------------------------------- module
+
+    def parse_module(self) -> A.Module:
+        if self.peek() == "version":
+            version = self.values[self.pos]
+            if '"0.0.5"' not in version:
+                self._fail(f"unsupported text format version {version[version.index('=') + 1:-1].strip()}; expected \"0.0.5\"")
+            self.pos += 1
+        functions: list[tuple[A.GlobalVar, A.Function]] = []
+        type_defs: list[A.TypeData] = []
+        defined: set[str] = set()
+        while True:
+            kind = self.peek()
+            if kind == "def":
+                start = self.pos
+                self.pos += 1
+                name_index = self.pos
+                name = self.expect("global", "a global name like `@main`")[1:]
+                if name in defined:
+                    self._fail(f"global function @{name} is defined twice", name_index)
+                defined.add(name)
+                gv = self._global(name)
+                func = self._function_rest(start)
+                functions.append((gv, func))
+            elif kind == "type" or (kind == "extern" and self.peek(1) == "type"):
+                type_defs.append(self._type_def())
+            else:
+                break
+        expr = None
+        if self.peek() != EOF:
+            expr = self._seq()
+        if self.peek() != EOF:
+            self._fail(f"expected a definition or the end of input, found {self._describe(self.pos)}")
+        for name, gv in self.globals.items():
+            if name not in defined and expr is None:
+                raise ParseError(f"call of undefined global function @{name}", gv.span)
+        return A.Module(tuple(functions), tuple(type_defs), self.tables, expr, self.source)
+
+    def _global(self, name: str) -> A.GlobalVar:
+        gv = self.globals.get(name)
+        if gv is None:
+            gv = self.globals[name] = A.GlobalVar(name, span=self._token_span(self.pos - 1))
+        return gv
+
+    def _type_def(self) -> A.TypeData:
+        start = self.pos
+        self.accept("extern")
+        self.expect("type")
+        name_index = self.pos
+        name = self.expect("ident", "a type name")
+        header = self.type_names.get(name)
+        if header is None:
+            header = self.type_names[name] = A.GlobalTypeVar(name, span=self._token_span(name_index))
+        type_vars: list[A.TypeVar] = []
+        self.type_scopes.append({})
+        try:
+            if self.accept("["):
+                type_vars = self._separated("]", self._bind_type_var)
+            ctors: list[A.Constructor] = []
+            if self.accept("{"):
+                def ctor() -> A.Constructor:
+                    index = self.pos
+                    cname = self.expect("ident", "a constructor name")
+                    inputs: list[A.Type] = []
+                    if self.accept("("):
+                        inputs = self._separated(")", self._type)
+                    if cname in self.ctors:
+                        self._fail(f"constructor {cname} is defined twice", index)
+                    c = A.Constructor(cname, tuple(inputs), header, len(ctors), span=self._span_from(index))
+                    self.ctors[cname] = c
+                    ctors.append(c)
+                    return c
+
+                self._separated("}", ctor)
+        finally:
+            self.type_scopes.pop()
+        return A.TypeData(header, tuple(type_vars), tuple(ctors), span=self._span_from(start))
+
+    def _bind_type_var(self) -> A.TypeVar:
+        index = self.pos
+        name = self.expect("ident", "a type variable name")
+        tv = A.TypeVar(name, span=self._token_span(index))
+        self.type_scopes[-1][name] = tv
+        return tv
+
+    # ---------------------------------------------------------------- functions
+
+    def _function_rest(self, start: int) -> A.Function:
+        """Parse `[T](params, attrs) -> ret { body }` after `fn` / `def @name`."""
+        self._enter()
+        self.scopes.append({})
+        self.type_scopes.append({})
+        try:
+            type_params: list[A.TypeVar] = []
+            if self.accept("["):
+                type_params = self._separated("]", self._bind_type_var)
+            self.expect("(", "`(` to open the parameter list")
+            params: list[A.Var] = []
+            attrs: list[tuple[str, Any]] = []
+            while not self.accept(")"):
+                if self.peek() == "ident" and self.peek(1) == "=":
+                    attrs = self._attrs(")")
+                    self.expect(")", "`)` to close the parameter list")
+                    break
+                params.append(self._param())
+                if not self.accept(","):
+                    self.expect(")", "`,` or `)` in the parameter list")
+                    break
+            ret_type = None
+            if self.accept("arrow"):
+                ret_type = self._type()
+            self.expect("{", "`{` to open the function body")
+            body = self._seq()
+            self.expect("}", "`}` to close the function body")
+        finally:
+            self.scopes.pop()
+            self.type_scopes.pop()
+            self._leave()
+        device = None
+        rest = []
+        for key, value in attrs:
+            if key == "virtual_device":
+                device = self._device_value(value, start)
+            else:
+                rest.append((key, value))
+        return A.Function(
+            tuple(params), body, ret_type, tuple(type_params), tuple(rest), device, span=self._span_from(start)
+        )
+
+    def _device_value(self, value: Any, index: int) -> VirtualDevice | A.MetaRef:
+        if isinstance(value, (VirtualDevice, A.MetaRef)):
+            return value
+        self._fail("virtual_device must be a meta[VirtualDevice][i] reference", index)
+
+    def _param(self) -> A.Var:
+        start = self.pos
+        name = self.expect("local", "a parameter like `%x`")[1:]
+        device = None
+        if self.accept("{"):
+            for key, value in self._attrs("}"):
+                if key != "virtual_device":
+                    self._fail(f"unknown parameter attribute `{key}` (only virtual_device is allowed)", start)
+                device = self._device_value(value, start)
+            self.expect("}", "`}` to close the parameter attributes")
+        type_annotation = self._type() if self.accept(":") else None
+        var = A.Var(name, type_annotation, device, span=self._span_from(start))
+        self.scopes[-1][name] = var
+        return var
+
+    # ---------------------------------------------------------------- attributes
+
+    def _attrs(self, close: str) -> list[tuple[str, Any]]:
+        """`key=value` pairs separated by commas, up to (not including) `close`."""
+        out: list[tuple[str, Any]] = []
+        seen: set[str] = set()
+        while self.peek() == "ident" and self.peek(1) == "=":
+            index = self.pos
+            key = self.values[self.pos]
+            self.pos += 2
+            if key in seen:
+                self._fail(f"attribute `{key}` is given twice", index)
+            seen.add(key)
+            out.append((key, self._attr_value()))
+            if not self.accept(","):
+                break
+        if self.peek() != close:
+            self._fail(f"expected an attribute `name=value` or `{close}`, found {self._describe(self.pos)}")
+        return out
+
+    def _attr_value(self) -> Any:
+        kind = self.peek()
+        index = self.pos
+        value = self.values[index]
+        if kind == "int":
+            self.pos += 1
+            return _int_literal(value)[0]
+        if kind == "float":
+            self.pos += 1
+            return _float_literal(value)[0]
+        if kind == "True" or kind == "False":
+            self.pos += 1
+            return kind == "True"
+        if kind == "string":
+            self.pos += 1
+            return _unquote(value)
+        if kind == "meta":
+            self.pos += 1
+            return self._meta(index)
+        if kind == "ident" and value in ("None", "nullptr"):
+            self.pos += 1
+            return None
+        if kind == "[":
+            self.pos += 1
+            self._enter()
+            try:
+                return tuple(self._separated("]", self._attr_value))
+            finally:
+                self._leave()
+        if kind == "(":
+            self.pos += 1
+            self._enter()
+            try:
+                inner = self._attr_value()
+            finally:
+                self._leave()
+            self.expect(")")
+            return inner
+        self._fail(f"expected an attribute value, found {self._describe(index)}")
+
+    def _meta(self, index: int) -> Any:
+        m = _META_RE.fullmatch(self.values[index])
+        assert m is not None
+        kind, i = m.group(1), int(m.group(2))
+        table = self.tables.get(kind)
+        if table is None:
+            if self.has_section and kind != "VirtualDevice":
+                self._fail(f"no `{kind}` entries in the metadata section", index)
+            return A.MetaRef(kind, i)
+        if i >= len(table):
+            self._fail(f"meta[{kind}][{i}] is out of bounds: the table has {len(table)} entries", index)
+        return table[i]
+
+    # ---------------------------------------------------------------- types
+
+    def _type(self) -> A.Type:
+        start = self.pos
+        kind = self.peek()
+        self._enter()
+        try:
+            if kind == "(":
+                self.pos += 1
+                return A.TupleType(tuple(self._separated(")", self._type)), span=self._span_from(start))
+            if kind == "fn":
+                self.pos += 1
+                self.type_scopes.append({})
+                try:
+                    tparams: list[A.TypeVar] = []
+                    if self.accept("["):
+                        tparams = self._separated("]", self._bind_type_var)
+                    self.expect("(", "`(` to open the argument types")
+                    args = self._separated(")", self._type)
+                    self.expect("arrow", "`->` and a result type")
+                    ret = self._type()
+                finally:
+                    self.type_scopes.pop()
+                return A.FuncType(tuple(args), ret, tuple(tparams), span=self._span_from(start))
+            if kind == "ref":
+                self.pos += 1
+                self.expect("(")
+                inner = self._type()
+                self.expect(")")
+                return A.RefType(inner, span=self._span_from(start))
+            if kind == "ident":
+                name = self.values[self.pos]
+                self.pos += 1
+                if name == "Tensor":
+                    self.expect("[", "`[` after Tensor")
+                    self.expect("(", "`(` to open the shape")
+                    shape = self._separated(")", self._dim)
+                    self.expect(",", "`,` and a dtype")
+                    dtype = self._dtype()
+                    self.expect("]", "`]` to close the tensor type")
+                    return A.TensorType(tuple(shape), dtype, span=self._span_from(start))
+                if name == "_":
+                    return A.IncompleteType(span=self._span_from(start))
+                if _DTYPE_RE.match(name):
+                    return A.TensorType((), name, span=self._span_from(start))
+                for scope in reversed(self.type_scopes):
+                    if name in scope:
+                        head: A.Type = scope[name]
+                        break
+                else:
+                    head = self.type_names.get(name) or A.GlobalTypeVar(name, span=self._span_from(start))
+                    self.type_names.setdefault(name, head)  # type: ignore[arg-type]
+                args: list[A.Type] = []
+                if self.accept("["):
+                    args = self._separated("]", self._type)
+                elif isinstance(head, A.TypeVar):
+                    return head
+                return A.TypeCall(head, tuple(args), span=self._span_from(start))
+        finally:
+            self._leave()
+        self._fail(f"expected a type, found {self._describe(start)}")
+
+    def _dtype(self) -> str:
+        index = self.pos
+        name = self.expect("ident", "a dtype like float32")
+        if not _DTYPE_RE.match(name) and name not in ("handle", "void"):
+            self._fail(f"unknown dtype `{name}`", index)
+        return name
+
+    def _dim(self) -> A.Dim:
+        kind = self.peek()
+        index = self.pos
+        self.pos += 1
+        if kind == "int":
+            value, dtype = _int_literal(self.values[index])
+            return value if dtype == "int32" else A.IntImm(value, dtype)
+        if kind == "?":
+            return A.ANY
+        if kind == "ident":
+            return self.values[index]
+        if kind == "meta":
+            return self._meta(index)  # type: ignore[no-any-return]
+        self._fail(f"expected a dimension (integer or ?), found {self._describe(index)}", index)
+
+    # ---------------------------------------------------------------- expressions
+
+    def _seq(self) -> A.Expr:
+        """Graph bindings, lets, free_var declarations and `;`-sequenced
+        values, then one expression. Iterative in the number of bindings."""
+        lets: list[tuple[A.Var, A.Expr, int]] = []
+        pushed = 0
+        try:
+            while True:
+                kind = self.peek()
+                if kind == "graph" and self.peek(1) == "=":
+                    index = self.pos
+                    number = int(self.values[index][1:])
+                    self.pos += 2
+                    value = self._call()
+                    self.expect(";", "`;` after the graph binding")
+                    self.graph[number] = value
+                    continue
+                if kind == "let":
+                    start = self.pos
+                    self.pos += 1
+                    var_index = self.pos
+                    name = self.expect("local", "a variable like `%x` after let")[1:]
+                    type_annotation = self._type() if self.accept(":") else None
+                    var = A.Var(name, type_annotation, span=self._span_from(var_index))
+                    self.expect("=", "`=` in the let binding")
+                    value = self._call()
+                    self.expect(";", "`;` after the let binding")
+                    self.scopes.append({name: var})
+                    pushed += 1
+                    lets.append((var, value, start))
+                    continue
+                if kind == "free_var":
+                    self.pos += 1
+                    var_index = self.pos
+                    name = self.expect("local", "a variable like `%x` after free_var")[1:]
+                    type_annotation = self._type() if self.accept(":") else None
+                    self.free_vars[name] = A.Var(name, type_annotation, span=self._span_from(var_index))
+                    self.expect(";", "`;` after the free_var declaration")
+                    continue
+                start = self.pos
+                value = self._single()
+                if self.accept(";"):
+                    lets.append((A.Var("", None, span=value.span), value, start))
+                    continue
+                body = value
+                break
+        finally:
+            del self.scopes[len(self.scopes) - pushed:]
+        for var, value, start in reversed(lets):
+            body = A.Let(var, value, body, span=self._span_from(start))
+        return body
+
+    def _single(self) -> A.Expr:
+        kind = self.peek()
+        start = self.pos
+        if kind == "{":
+            self.pos += 1
+            self._enter()
+            self.scopes.append({})
+            try:
+                inner = self._seq()
+            finally:
+                self.scopes.pop()
+                self._leave()
+            self.expect("}", "`}` to close the block")
+            return inner
+        if kind == "match" or kind == "pmatch":
+            self.pos += 1
+            self._enter()
+            try:
+                data = self._atom()
+                self.expect("{", "`{` to open the match clauses")
+                clauses = self._separated("}", self._clause)
+            finally:
+                self._leave()
+            return A.Match(data, tuple(clauses), kind == "match", span=self._span_from(start))
+        return self._call()
+
+    def _clause(self) -> A.Clause:
+        start = self.pos
+        self.scopes.append({})
+        try:
+            pattern = self._pattern()
+            self.expect("fatarrow", "`=>` after the pattern")
+            rhs = self._seq()
+        finally:
+            self.scopes.pop()
+        return A.Clause(pattern, rhs, span=self._span_from(start))
+
+    def _pattern(self) -> A.Pattern:
+        start = self.pos
+        kind = self.peek()
+        self._enter()
+        try:
+            if kind == "ident" and self.values[start] == "_":
+                self.pos += 1
+                return A.PatternWildcard(span=self._span_from(start))
+            if kind == "local":
+                name = self.values[start][1:]
+                self.pos += 1
+                type_annotation = self._type() if self.accept(":") else None
+                var = A.Var(name, type_annotation, span=self._span_from(start))
+                self.scopes[-1][name] = var
+                return A.PatternVar(var, span=self._span_from(start))
+            if kind == "ident":
+                name = self.values[start]
+                ctor = self.ctors.get(name)
+                if ctor is None:
+                    self._fail(f"undefined constructor `{name}` (a pattern variable is written `%{name}`)")
+                self.pos += 1
+                sub: list[A.Pattern] = []
+                if self.accept("("):
+                    sub = self._separated(")", self._pattern)
+                return A.PatternConstructor(ctor, tuple(sub), span=self._span_from(start))
+            if kind == "(":
+                self.pos += 1
+                return A.PatternTuple(tuple(self._separated(")", self._pattern)), span=self._span_from(start))
+        finally:
+            self._leave()
+        self._fail(f"expected a pattern, found {self._describe(start)}")
+
+    def _call(self) -> A.Expr:
+        start = self.pos
+        expr = self._atom()
+        while self.peek() == "(":
+            self.pos += 1
+            self._enter()
+            try:
+                args: list[A.Expr] = []
+                attrs: list[tuple[str, Any]] | None = None
+                while not self.accept(")"):
+                    if self.peek() == "ident" and self.peek(1) == "=":
+                        attrs = self._attrs(")")
+                        self.expect(")")
+                        break
+                    args.append(self._seq())
+                    if not self.accept(","):
+                        self.expect(")", "`,` or `)` in the argument list")
+                        break
+            finally:
+                self._leave()
+            call_attrs = None
+            if isinstance(expr, A.Op):
+                call_attrs = A.Attrs(tuple(attrs or ()), _attrs_type_key(expr.name))
+            elif attrs:
+                self._fail("only operator calls take attributes", start)
+            expr = A.Call(expr, tuple(args), call_attrs, span=self._span_from(start))
+        if isinstance(expr, A.Constructor):
+            expr = A.Call(expr, (), span=self._span_from(start))
+        if self.peek() in ("+", "*", "/") or (self.peek() == "int" and self.values[self.pos].startswith("-")):
+            self._fail("binary operators are not supported; write add(a, b), multiply(a, b), ...")
+        return expr
+
+    def _atom(self) -> A.Expr:
+        start = self.pos
+        kind = self.peek()
+        value = self.values[start]
+        expr: A.Expr
+        if kind == "local":
+            self.pos += 1
+            expr = self._lookup_local(value[1:], start)
+        elif kind == "graph":
+            self.pos += 1
+            found = self.graph.get(int(value[1:]))
+            if found is None:
+                self._fail(f"graph variable {value} is used before it is defined")
+            expr = found
+        elif kind == "global":
+            self.pos += 1
+            expr = self._global(value[1:])
+        elif kind == "int":
+            self.pos += 1
+            number, dtype = _int_literal(value)
+            expr = A.Constant(A.NDArray.scalar(number, dtype), span=self._span_from(start))
+        elif kind == "float":
+            self.pos += 1
+            fnumber, dtype = _float_literal(value)
+            expr = A.Constant(A.NDArray.scalar(fnumber, dtype), span=self._span_from(start))
+        elif kind == "True" or kind == "False":
+            self.pos += 1
+            expr = A.Constant(A.NDArray.scalar(kind == "True", "bool"), span=self._span_from(start))
+        elif kind == "meta":
+            self.pos += 1
+            found_meta = self._meta(start)
+            if isinstance(found_meta, A.MetaRef):
+                if found_meta.kind != "relay.Constant":
+                    self._fail(f"meta[{found_meta.kind}] cannot be used as an expression", start)
+                expr = self.constants.get(found_meta.index) or A.Constant(
+                    None, found_meta.index, span=self._span_from(start)
+                )
+                self.constants[found_meta.index] = expr  # type: ignore[assignment]
+            elif isinstance(found_meta, A.Expr):
+                expr = found_meta
+            else:
+                self._fail(f"{value} is not an expression", start)
+        elif kind == "ident":
+            self.pos += 1
+            ctor = self.ctors.get(value)
+            expr = ctor if ctor is not None else A.op(value)
+        elif kind == "fn":
+            self.pos += 1
+            expr = self._function_rest(start)
+        elif kind == "if":
+            self.pos += 1
+            self._enter()
+            try:
+                self.expect("(", "`(` after if")
+                cond = self._seq()
+                self.expect(")", "`)` after the condition")
+                branches = []
+                for word in ("then", "else"):
+                    if word == "else":
+                        self.expect("else", "`else`")
+                    self.expect("{", f"`{{` to open the {word} branch")
+                    self.scopes.append({})
+                    try:
+                        branches.append(self._seq())
+                    finally:
+                        self.scopes.pop()
+                    self.expect("}", f"`}}` to close the {word} branch")
+            finally:
+                self._leave()
+            expr = A.If(cond, branches[0], branches[1], span=self._span_from(start))
+        elif kind in ("ref", "ref_read", "ref_write"):
+            self.pos += 1
+            self._enter()
+            try:
+                self.expect("(", f"`(` after {kind}")
+                first = self._seq()
+                if kind == "ref_write":
+                    self.expect(",", "`,` between the reference and the value")
+                    second = self._seq()
+                self.expect(")", f"`)` to close {kind}")
+            finally:
+                self._leave()
+            if kind == "ref":
+                expr = A.RefCreate(first, span=self._span_from(start))
+            elif kind == "ref_read":
+                expr = A.RefRead(first, span=self._span_from(start))
+            else:
+                expr = A.RefWrite(first, second, span=self._span_from(start))
+        elif kind == "(":
+            self.pos += 1
+            self._enter()
+            try:
+                if self.accept(")"):
+                    expr = A.Tuple((), span=self._span_from(start))
+                else:
+                    first = self._seq()
+                    if self.accept(")"):
+                        expr = first
+                    else:
+                        self.expect(",", "`,` or `)`")
+                        fields = [first, *self._separated(")", self._seq)]
+                        expr = A.Tuple(tuple(fields), span=self._span_from(start))
+            finally:
+                self._leave()
+        else:
+            self._fail(f"expected an expression, found {self._describe(start)}")
+        if self.peek() == "." and self.peek(1) == "int":
+            self.pos += 1
+            index_token = self.pos
+            self.pos += 1
+            index, dtype = _int_literal(self.values[index_token])
+            if index < 0 or dtype != "int32":
+                self._fail("a tuple index must be a non-negative integer", index_token)
+            expr = A.TupleGetItem(expr, index, span=self._span_from(start))
+        return expr
+
+    def _lookup_local(self, name: str, index: int) -> A.Var:
+        for scope in reversed(self.scopes):
+            var = scope.get(name)
+            if var is not None:
+                return var
+        var = self.free_vars.get(name)
+        if var is None:
+            self._fail(f"unbound variable %{name}", index)
+        return var
+
+
+# -------------------------------------------------------------------- literals
+
+
+def _int_literal(text: str) -> tuple[int, str]:
+    m = re.fullmatch(r"(-?\d+)(\w*)", text)
+    assert m is not None
+    return int(m.group(1)), _INT_SUFFIX[m.group(2)]
+
+
+def _float_literal(text: str) -> tuple[float, str]:
+    for suffix in ("f16", "f32", "f64", "f"):
+        if text.endswith(suffix):
+            body = text[: -len(suffix)]
+            if body in ("inf", "-inf", "nan"):
+                return float(body), _FLOAT_SUFFIX[suffix]
+            return float(body), _FLOAT_SUFFIX[suffix]
+    return float(text), "float32"
+
+
+def _unquote(text: str) -> str:
+    body = text[1:-1]
+    if "\\" not in body:
+        return body
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+
+
+def _attrs_type_key(op_name: str) -> str | None:
+    try:
+        from .op_attrs import attrs_type_key
+    except ImportError:
+        return None
+    return attrs_type_key(op_name)

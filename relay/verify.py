@@ -1,0 +1,146 @@
+"""Well-formedness checks for a Relay module.
+
+`verify` raises VerifyError naming the first bad node and its span: a
+variable used outside the scope that binds it, a variable bound twice, a call
+of an undefined global, a constructor applied to the wrong number of
+arguments, a call of a function literal with the wrong number of arguments,
+a meta reference past the end of a known table, `on_device` / `device_copy`
+with other than one argument. Symbolic meta placeholders (no table) are fine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ast as A
+from .span import VerifyError
+from .traverse import children
+
+
+def verify(module: A.Module) -> None:
+    """Raise VerifyError if `module` is not well formed; return None if it is."""
+    _Verifier(module).run()
+
+
+class _Verifier:
+    def __init__(self, module: A.Module) -> None:
+        self.module = module
+        self.globals = {gv.name for gv, _ in module.functions}
+        self.ctors = {c.name: c for td in module.type_definitions for c in td.constructors}
+
+    def run(self) -> None:
+        names: set[str] = set()
+        for gv, func in self.module.functions:
+            if gv.name in names:
+                raise VerifyError(f"global function @{gv.name} is defined twice", gv.span)
+            names.add(gv.name)
+            self.check(func, free_ok=False)
+        if self.module.expr is not None:
+            self.check(self.module.expr, free_ok=True)
+
+    def check(self, root: A.Expr, *, free_ok: bool) -> None:
+        """Walk `root` once, tracking which variables are in scope.
+
+        Scopes are tracked with bind/unbind events on an explicit stack; a
+        shared node is checked once, in the first scope that reaches it.
+        """
+        in_scope: dict[int, int] = {}  # id(var) -> nesting count
+        bound_ever: set[int] = set()
+        free: set[int] = set()
+        done: set[int] = set()
+        stack: list[tuple[str, Any]] = [("visit", root)]
+        while stack:
+            action, item = stack.pop()
+            if action == "unbind":
+                for var in item:
+                    in_scope[id(var)] -= 1
+                continue
+            if action == "bind":
+                for var in item:
+                    if id(var) in bound_ever:
+                        raise VerifyError(f"variable %{var.name} is bound more than once", var.span)
+                    bound_ever.add(id(var))
+                    in_scope[id(var)] = in_scope.get(id(var), 0) + 1
+                continue
+            node: A.Expr = item
+            if isinstance(node, A.Var):
+                if in_scope.get(id(node), 0) <= 0:
+                    if id(node) in bound_ever:
+                        raise VerifyError(f"variable %{node.name} is used outside the scope that binds it", node.span)
+                    if not free_ok:
+                        raise VerifyError(f"unbound variable %{node.name}", node.span)
+                    free.add(id(node))
+                continue
+            if id(node) in done:
+                continue
+            done.add(id(node))
+            self.local_checks(node)
+            match node:
+                case A.Function(params=params, body=body):
+                    stack.append(("unbind", params))
+                    stack.append(("visit", body))
+                    stack.append(("bind", params))
+                    continue
+                case A.Let(var=var, value=value, body=body):
+                    stack.append(("unbind", (var,)))
+                    stack.append(("visit", body))
+                    stack.append(("bind", (var,)))
+                    stack.append(("visit", value))
+                    continue
+                case A.Match(data=data, clauses=clauses):
+                    for clause in reversed(clauses):
+                        bound = tuple(A.pattern_vars(clause.lhs))
+                        stack.append(("unbind", bound))
+                        stack.append(("visit", clause.rhs))
+                        stack.append(("bind", bound))
+                    stack.append(("visit", data))
+                    continue
+            for kid in reversed(children(node)):
+                stack.append(("visit", kid))
+
+    def local_checks(self, node: A.Expr) -> None:
+        match node:
+            case A.GlobalVar(name=name):
+                if name not in self.globals:
+                    raise VerifyError(f"@{name} is not a global function of this module", node.span)
+            case A.Constructor(name=name):
+                if name not in self.ctors:
+                    raise VerifyError(f"constructor {name} has no type definition in this module", node.span)
+            case A.Constant(data=None, meta_index=index):
+                table = self.module.meta.get("relay.Constant")
+                if table is not None and index is not None and index >= len(table):
+                    raise VerifyError(
+                        f"meta[relay.Constant][{index}] is past the end of the table ({len(table)} entries)",
+                        node.span,
+                    )
+            case A.Call(op=callee, args=args, attrs=attrs):
+                if isinstance(callee, A.Constructor) and len(args) != len(callee.inputs):
+                    raise VerifyError(
+                        f"constructor {callee.name} takes {len(callee.inputs)} arguments, given {len(args)}",
+                        node.span,
+                    )
+                if isinstance(callee, A.Function) and len(args) != len(callee.params):
+                    raise VerifyError(
+                        f"function takes {len(callee.params)} arguments, given {len(args)}", node.span
+                    )
+                if isinstance(callee, A.Op) and callee.name in (A.ON_DEVICE, A.DEVICE_COPY) and len(args) != 1:
+                    raise VerifyError(f"{callee.name} takes exactly one argument, given {len(args)}", node.span)
+                if attrs is not None:
+                    for _, value in attrs.fields:
+                        self.meta_value(value, node)
+            case A.Function(params=params, virtual_device=device):
+                self.meta_value(device, node)
+                for p in params:
+                    self.meta_value(p.virtual_device, p)
+
+    def meta_value(self, value: Any, node: A.Expr) -> None:
+        if isinstance(value, A.MetaRef):
+            table = self.module.meta.get(value.kind)
+            if table is not None and value.index >= len(table):
+                raise VerifyError(
+                    f"meta[{value.kind}][{value.index}] is past the end of the table ({len(table)} entries)",
+                    node.span,
+                )
+        elif isinstance(value, tuple):
+            for v in value:
+                self.meta_value(v, node)
