@@ -1,0 +1,381 @@
+"""Constraint collection (section 3), free `on_device` unification and TVM's
+defaulting walk (section 4), over the domains of `domains.py`.
+
+How each construct constrains its parts is data: `OPERATOR_SIGNATURES` maps
+special operators to the domain of their parameters and result, and
+`Collector._RULES` maps node types to their rule. Every constraint is tagged
+with its kind and expression (hence its span) for explanations.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from relay.ast import (
+    Call,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Module,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+    device_copy_props,
+    on_device_props,
+    pattern_vars,
+)
+from relay.device import VirtualDevice
+from relay.traverse import children
+
+from .domains import Domain, DomainSystem
+from .shapes import FnShape, ShapeInfo, type_shape
+
+_FREE = VirtualDevice.unconstrained()
+
+# Parameter/result slots of special operators: "same" (one shared free
+# first-order domain), "host" (the host device), "free" (a fresh free domain of
+# the argument's shape), ("attr", name) (the device in that call attribute).
+OPERATOR_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "memory.alloc_storage": ("host", "host", "host", ("attr", "virtual_device")),
+    "memory.alloc_tensor": ("same", "host", "host", "same"),
+    "vm.shape_of": ("free", "host"),
+    "vm.invoke_tvm_op": ("free", "same", "same", "same"),
+    "vm.reshape_tensor": ("same", "host", "same"),
+}
+_HOST_KINDS = {"memory.alloc_storage", "memory.alloc_tensor", "vm.shape_of", "vm.reshape_tensor"}
+
+
+def is_optimizable(func: Function) -> bool:
+    """TVM's AsOptimizableFunctionNode: not external, not skipped."""
+    return func.attr("Compiler") is None and not func.attr("Extern") and not func.attr("SkipOptimization")
+
+
+class Collector:
+    """Builds and solves (greedily) the domain system of one module."""
+
+    def __init__(
+        self,
+        module: Module,
+        functions: list[tuple[GlobalVar, Function]],
+        shapes: ShapeInfo,
+        domains: DomainSystem,
+        default: VirtualDevice,
+        host: VirtualDevice,
+        annotation_kinds: Mapping[int, str],
+    ) -> None:
+        self.module = module
+        self.functions = functions
+        self.shapes = shapes
+        self.ds = domains
+        self.default = default
+        self.host_elem = domains.new()
+        self.host = host
+        self._host_cid = domains.tag("host operator", None, "the host device")
+        domains.pin(self.host_elem, host, self._host_cid)
+        self.doms: dict[Any, Domain] = {}
+        self.callee: dict[int, Domain] = {}
+        self.annotation_kinds = annotation_kinds
+        self.hard_count = 0
+        self.soft_count = 0
+        self.free_on_device_merged = 0
+
+    # ---- domains of expressions
+
+    def dom(self, expr: Expr) -> Domain:
+        key: Any = ("g", expr.name) if isinstance(expr, GlobalVar) else id(expr)
+        d = self.doms.get(key)
+        if d is None:
+            if isinstance(expr, GlobalVar):
+                shape = self.shapes.globals.get(expr.name)
+            elif isinstance(expr, Var):
+                shape = self.shapes.var.get(id(expr)) or type_shape(expr.type_annotation)
+            else:
+                shape = self.shapes.of(expr)
+            d = self.doms[key] = self.ds.free(shape)
+        return d
+
+    def _tag(self, kind: str, expr: Expr | None, detail: str = "") -> int:
+        self.hard_count += 1
+        return self.ds.tag(kind, expr, detail)
+
+    def callee_domain(self, call: Call) -> Domain:
+        found = self.callee.get(id(call))
+        if found is not None:
+            return found
+        d = self._make_callee_domain(call)
+        self.callee[id(call)] = d
+        return d
+
+    def _make_callee_domain(self, call: Call) -> Domain:
+        ds = self.ds
+        op = call.op
+        args = call.args
+        if isinstance(op, Op):
+            od = on_device_props(call)
+            if od is not None:
+                cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
+                shape = self.shapes.of(args[0])
+                vd = od.virtual_device if isinstance(od.virtual_device, VirtualDevice) else _FREE
+                body = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_body and not vd.is_fully_unconstrained else ds.free(shape)
+                res = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_result and not vd.is_fully_unconstrained else ds.free(shape)
+                return (body, res)
+            dc = device_copy_props(call)
+            if dc is not None:
+                cid = self._tag("copy", call)
+                shape = self.shapes.of(args[0])
+                src = dc.src if isinstance(dc.src, VirtualDevice) else _FREE
+                dst = dc.dst if isinstance(dc.dst, VirtualDevice) else _FREE
+                return (ds.for_device(shape, ds.canonical(src), cid), ds.for_device(shape, ds.canonical(dst), cid))
+            sig = OPERATOR_SIGNATURES.get(op.name)
+            if sig is not None and len(sig) == len(args) + 1:
+                cid = self._tag("host operator", call, op.name)
+                same = ds.new()
+                slots: list[Domain] = []
+                for i, slot in enumerate(sig):
+                    if slot == "same":
+                        slots.append(same)
+                    elif slot == "host":
+                        slots.append(self.host_elem)
+                    elif slot == "free":
+                        slots.append(ds.free(self.shapes.of(args[i]) if i < len(args) else None))
+                    else:
+                        vd = call.attrs.get(slot[1]) if call.attrs is not None else None
+                        if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
+                            slots.append(ds.for_device(self.shapes.of(call), ds.canonical(vd), cid))
+                        else:
+                            slots.append(ds.free(self.shapes.of(call)))
+                return tuple(slots)
+            shared = ds.new()
+            return tuple(shared for _ in range(len(args) + 1))
+        if isinstance(op, Constructor):
+            cid = self._tag("constructor", call, op.name)
+            result = ds.new()
+            params: list[Domain] = []
+            for i in range(len(args)):
+                shape = type_shape(op.inputs[i]) if i < len(op.inputs) else self.shapes.of(args[i])
+                p = ds.free(shape)
+                ds.collapse(result, p, cid)
+                params.append(p)
+            return tuple(params) + (result,)
+        return self.dom(op)
+
+    # ---- collection (section 3)
+
+    def collect(self, pins: list[tuple[str, Any, VirtualDevice, int]]) -> None:
+        """Collect the constraints of every optimizable global, then apply the
+        request pins (`(what, node, device, k)`)."""
+        seen: set[int] = set()
+        for gv, func in self.functions:
+            if not is_optimizable(func):
+                continue
+            self.ds.unify(self.dom(gv), self.dom(func), self._tag("global", gv, gv.name))
+            self._walk(func, seen)
+        for what, node, device, k in pins:
+            cid = self._tag(f"constraint #{k}", node, what)
+            vd = self.ds.canonical(device)
+            if what == "param":
+                shape = self.shapes.var.get(id(node)) or type_shape(node.type_annotation)
+                self.ds.unify(self.dom(node), self.ds.for_device(shape, vd, cid), cid)
+            else:  # function result
+                func = node
+                self.ds.unify(self.dom(func.body), self.ds.for_device(self.shapes.of(func.body), vd, cid), cid)
+
+    def _walk(self, root: Expr, seen: set[int]) -> None:
+        stack: list[Expr] = [root]
+        rules = self._RULES
+        while stack:
+            node = stack.pop()
+            key = id(node)
+            if key in seen:
+                continue
+            seen.add(key)
+            rule = rules.get(type(node))
+            if rule is not None:
+                rule(self, node)
+            if isinstance(node, Function) and node.is_primitive:
+                continue
+            for kid in children(node):
+                if id(kid) not in seen:
+                    stack.append(kid)
+
+    def _call(self, call: Call) -> None:
+        cd = self.callee_domain(call)
+        implied = tuple(self.dom(a) for a in call.args) + (self.dom(call),)
+        if isinstance(call.op, Op):
+            od = on_device_props(call)
+            if od is not None:
+                kind = self.annotation_kinds.get(id(call), "annotation")
+            elif device_copy_props(call) is not None:
+                kind = "copy"
+            elif call.op.name in _HOST_KINDS:
+                kind = "host operator"
+            else:
+                kind = "operator"
+            cid = self._tag(kind, call, call.op.name)
+        else:
+            cid = self._tag("call site", call)
+        self.ds.unify(cd, implied, cid)
+
+    def _let(self, let: Let) -> None:
+        cid = self._tag("let", let, let.var.name)
+        self.ds.unify(self.dom(let.var), self.dom(let.value), cid)
+        self.ds.unify(self.dom(let), self.dom(let.body), cid)
+
+    def _function(self, func: Function) -> None:
+        ds = self.ds
+        fd = self.dom(func)
+        if not isinstance(fd, tuple) or len(fd) != len(func.params) + 1:
+            new = ds.free(FnShape(tuple(self.shapes.var.get(id(p)) for p in func.params), self.shapes.of(func.body)))
+            ds.unify(fd, new, self._tag("function", func))
+            fd = new
+            self.doms[id(func)] = fd
+        assert isinstance(fd, tuple)
+        ds.unify(self.dom(func.body), fd[-1], self._tag("function result", func))
+        vd = func.virtual_device
+        if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
+            cid = self._tag("function attribute", func)
+            ds.unify(self.dom(func.body), ds.for_device(self.shapes.of(func.body), ds.canonical(vd), cid), cid)
+        for i, param in enumerate(func.params):
+            ds.unify(self.dom(param), fd[i], self._tag("parameter", param, param.name))
+            pvd = param.virtual_device
+            if isinstance(pvd, VirtualDevice) and not pvd.is_fully_unconstrained:
+                cid = self._tag("parameter attribute", param, param.name)
+                shape = self.shapes.var.get(id(param))
+                ds.unify(self.dom(param), ds.for_device(shape, ds.canonical(pvd), cid), cid)
+
+    def _tuple(self, tup: Tuple) -> None:
+        cid = self._tag("tuple", tup)
+        d = self.dom(tup)
+        for f in tup.fields:
+            self.ds.unify_collapsed(d, self.dom(f), cid)
+
+    def _projection(self, tgi: TupleGetItem) -> None:
+        self.ds.unify_collapsed(self.dom(tgi.tuple_value), self.dom(tgi), self._tag("projection", tgi))
+
+    def _match(self, match: Match) -> None:
+        cid = self._tag("match", match)
+        md = self.dom(match)
+        data = self.dom(match.data)
+        self.ds.unify_collapsed(data, md, cid)
+        for clause in match.clauses:
+            for var in pattern_vars(clause.lhs):
+                self.ds.unify_collapsed(data, self.dom(var), cid)
+            self.ds.unify(self.dom(clause.rhs), md, cid)
+
+    def _if(self, ife: If) -> None:
+        cid = self._tag("if", ife)
+        d = self.dom(ife)
+        self.ds.unify_collapsed(self.dom(ife.cond), d, cid)
+        self.ds.unify(self.dom(ife.true_branch), d, cid)
+        self.ds.unify(self.dom(ife.false_branch), d, cid)
+
+    def _ref_create(self, node: RefCreate) -> None:
+        self.ds.unify_collapsed(self.dom(node), self.dom(node.value), self._tag("reference", node))
+
+    def _ref_read(self, node: RefRead) -> None:
+        self.ds.unify_collapsed(self.dom(node.ref), self.dom(node), self._tag("reference", node))
+
+    def _ref_write(self, node: RefWrite) -> None:
+        cid = self._tag("reference", node)
+        value = self.dom(node.value)
+        self.ds.unify_collapsed(self.dom(node.ref), value, cid)
+        self.ds.unify_collapsed(self.dom(node), value, cid)
+
+    _RULES: dict[type, Callable[["Collector", Any], None]] = {
+        Call: _call,
+        Let: _let,
+        Function: _function,
+        Tuple: _tuple,
+        TupleGetItem: _projection,
+        Match: _match,
+        If: _if,
+        RefCreate: _ref_create,
+        RefRead: _ref_read,
+        RefWrite: _ref_write,
+    }
+
+    # ---- defaulting (section 4)
+
+    def unify_free_on_devices(self) -> None:
+        """Step 1: free `on_device` calls take their context's device where compatible."""
+        seen: set[int] = set()
+        for _, func in self.functions:
+            if not is_optimizable(func):
+                continue
+            order: list[Expr] = []
+            stack: list[tuple[Expr, bool]] = [(func, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    order.append(node)
+                    continue
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack.append((node, True))
+                if isinstance(node, Function) and node.is_primitive:
+                    continue
+                for kid in reversed(children(node)):
+                    if id(kid) not in seen:
+                        stack.append((kid, False))
+            for node in order:
+                if isinstance(node, Call):
+                    od = on_device_props(node)
+                    if od is not None and not od.constrain_body and not od.constrain_result:
+                        cid = self.ds.tag("free on_device", node, hard=False)
+                        self.soft_count += 1
+                        if self.ds.try_unify(self.dom(node), self.dom(od.body), cid):
+                            self.free_on_device_merged += 1
+
+    def apply_defaults(self) -> None:
+        """Step 2: TVM's DeviceDefaulter walk, globals in definition order."""
+        ds = self.ds
+        default = self.default
+        seen: set[int] = set()
+        for _, func in self.functions:
+            if not is_optimizable(func):
+                continue
+            stack: list[Expr] = [func]
+            while stack:
+                node = stack.pop()
+                key = id(node)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if isinstance(node, Function):
+                    if node.is_primitive:
+                        continue
+                    fd = self.dom(node)
+                    if not ds.is_fully_constrained(fd):
+                        self.soft_count += 1
+                        ds.set_result_default_then_params(fd, default, ds.tag("default", node, hard=False))
+                    stack.append(node.body)
+                    continue
+                if isinstance(node, Call):
+                    cd = self.callee_domain(node)
+                    if not ds.is_fully_constrained(cd):
+                        self.soft_count += 1
+                        ds.set_result_default_then_params(cd, default, ds.tag("default", node, hard=False))
+                    stack.extend(reversed(node.args))
+                    stack.append(node.op)
+                    continue
+                if isinstance(node, Let):
+                    let_vd = ds.result_device(self.dom(node))
+                    if let_vd.is_fully_unconstrained:
+                        let_vd = default
+                    var_dom = self.dom(node.var)
+                    if not ds.is_fully_constrained(var_dom):
+                        self.soft_count += 1
+                        ds.set_default(var_dom, let_vd, ds.tag("let default", node, hard=False))
+                    stack.append(node.body)
+                    stack.append(node.value)
+                    continue
+                stack.extend(reversed(children(node)))

@@ -1,0 +1,237 @@
+"""Planning configuration and device specs (device-planning.md, section 1).
+
+A device spec is `"cpu"`, `"cuda"`, `"cuda:1"` or a dict with any of
+`device_type`, `virtual_device_id`, `target`, `memory_scope`. Resolving a spec
+against a virtual-device table reuses the first entry that agrees with every
+field the spec gives, else appends the completed spec.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from relay.device import DEVICE_TYPE_CODES, TARGET_KIND_DEVICE, Target, VirtualDevice, parse_target
+
+from .errors import PlanConfigError
+
+DeviceSpec = str | Mapping[str, Any] | VirtualDevice
+
+# The target a device type gets when a spec names only the type.
+_DEFAULT_TARGET_KIND: dict[int, str] = {1: "llvm", 2: "cuda", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm"}
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """What `plan` needs besides the module.
+
+    `virtual_devices` is the meta[VirtualDevice] table when the module has
+    none, appended after the module's own entries when it has one.
+    `constraints` are request-level pins: `{"select": {...}, "device": spec}`.
+    """
+
+    virtual_devices: tuple[DeviceSpec, ...] = ()
+    default_device: DeviceSpec = "cuda"
+    host_device: DeviceSpec = "cpu"
+    constraints: tuple[Mapping[str, Any], ...] = ()
+    timeout_ms: int = 10_000
+    objective: str = "tvm"
+    _extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class _PartialSpec:
+    device_type: int | None
+    virtual_device_id: int | None
+    target: Target | None  # only the attributes the spec gave
+    target_text: str | None
+    memory_scope: str | None
+
+
+def _device_type_code(value: Any) -> int:
+    if isinstance(value, bool):
+        raise PlanConfigError(f"bad device_type {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise PlanConfigError(f"bad device_type {value!r}")
+        return value
+    if isinstance(value, str):
+        code = DEVICE_TYPE_CODES.get(value.strip().lower())
+        if code is not None:
+            return code
+        if value.strip().isdigit():
+            return int(value.strip())
+    raise PlanConfigError(f"unknown device type {value!r}")
+
+
+def _target_from_text(text: str) -> tuple[Target, str]:
+    words = text.split()
+    if not words:
+        raise PlanConfigError("empty target string")
+    attrs: list[tuple[str, Any]] = []
+    keys: tuple[str, ...] = ()
+    for word in words[1:]:
+        if not word.startswith("-") or "=" not in word:
+            raise PlanConfigError(f"malformed target option {word!r} in {text!r}")
+        name, value = word.lstrip("-").split("=", 1)
+        if name == "keys":
+            keys = tuple(v for v in value.split(",") if v)
+            continue
+        attrs.append((name, int(value) if value.lstrip("-").isdigit() else value))
+    return Target(words[0], keys, tuple(attrs)), text
+
+
+def _target_from_json(obj: Mapping[str, Any]) -> tuple[Target, str]:
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise PlanConfigError(f"target object without a kind: {json.dumps(obj)}")
+    attrs: list[tuple[str, Any]] = []
+    words = [kind]
+    for key, value in obj.items():
+        if key in ("kind", "keys", "host", "tag"):
+            continue
+        if isinstance(value, list):
+            value = tuple(value)
+        attrs.append((key, value))
+        text_value = ",".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+        words.append(f"-{key}={text_value}")
+    keys = tuple(obj.get("keys", ()) or ())
+    if keys:
+        words.append("-keys=" + ",".join(keys))
+    return Target(kind, keys, tuple(attrs)), " ".join(words)
+
+
+def _parse_spec(spec: DeviceSpec) -> _PartialSpec:
+    if isinstance(spec, VirtualDevice):
+        return _PartialSpec(spec.device_type, spec.virtual_device_id, spec.target, None, spec.memory_scope)
+    if isinstance(spec, str):
+        text = spec.strip()
+        if not text:
+            raise PlanConfigError("empty device spec")
+        if text.startswith("{"):
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise PlanConfigError(f"bad device spec {spec!r}: {exc}") from None
+            return _parse_spec(obj)
+        name, _, ident = text.partition(":")
+        device_type = _device_type_code(name)
+        vid: int | None = None
+        if ident:
+            if not ident.strip().isdigit():
+                raise PlanConfigError(f"bad device id in spec {spec!r}")
+            vid = int(ident)
+        return _PartialSpec(device_type, vid, None, None, None)
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"device_type", "virtual_device_id", "target", "memory_scope"}
+        if unknown:
+            raise PlanConfigError(f"unknown device spec field(s) {sorted(unknown)} in {dict(spec)!r}")
+        device_type = _device_type_code(spec["device_type"]) if spec.get("device_type") is not None else None
+        vid = spec.get("virtual_device_id")
+        if vid is not None and (isinstance(vid, bool) or not isinstance(vid, int) or vid < 0):
+            raise PlanConfigError(f"bad virtual_device_id {vid!r}")
+        target = None
+        target_text = None
+        raw_target = spec.get("target")
+        if isinstance(raw_target, str):
+            target, target_text = _target_from_text(raw_target)
+        elif isinstance(raw_target, Mapping):
+            target, target_text = _target_from_json(raw_target)
+        elif raw_target is not None:
+            raise PlanConfigError(f"bad target {raw_target!r}")
+        if target is not None:
+            implied = TARGET_KIND_DEVICE.get(target.kind)
+            if device_type is None:
+                device_type = implied
+            elif implied is not None and implied != device_type:
+                raise PlanConfigError(f"target {target.kind} does not run on device type {device_type}")
+        scope = spec.get("memory_scope")
+        if scope is not None and not isinstance(scope, str):
+            raise PlanConfigError(f"bad memory_scope {scope!r}")
+        if scope == "":
+            scope = None
+        if device_type is None and vid is None and target is None and scope is None:
+            raise PlanConfigError(f"device spec {dict(spec)!r} names nothing")
+        return _PartialSpec(device_type, vid, target, target_text, scope)
+    raise PlanConfigError(f"bad device spec {spec!r}")
+
+
+def _agrees(entry: Any, spec: _PartialSpec) -> bool:
+    if not isinstance(entry, VirtualDevice):
+        return False
+    if spec.device_type is not None and entry.device_type != spec.device_type:
+        return False
+    if spec.virtual_device_id is not None and entry.virtual_device_id != spec.virtual_device_id:
+        return False
+    if spec.memory_scope is not None and entry.memory_scope != spec.memory_scope:
+        return False
+    if spec.target is not None:
+        if entry.target is None or not entry.target.agrees_with(spec.target):
+            return False
+        if spec.target.keys and entry.target.keys != spec.target.keys:
+            return False
+    return True
+
+
+def _host_target(table: Sequence[Any]) -> Target | None:
+    """The host target the table's targets name (TVM's config host), if any."""
+    for entry in table:
+        if isinstance(entry, VirtualDevice) and entry.target is not None:
+            host = entry.target.host
+            if host is not None and host.device_type == 1:
+                return host
+    return None
+
+
+def complete_spec(spec: DeviceSpec, table: Sequence[Any] = ()) -> VirtualDevice:
+    """The full virtual device a spec names when no table entry agrees with it."""
+    if isinstance(spec, VirtualDevice):
+        return spec
+    part = _parse_spec(spec)
+    if part.device_type is None:
+        raise PlanConfigError(f"device spec {spec!r} names no device type or target")
+    target: Target | None
+    if part.target_text is not None:
+        try:
+            target = parse_target(part.target_text)
+        except ValueError as exc:
+            raise PlanConfigError(str(exc)) from None
+    else:
+        kind = _DEFAULT_TARGET_KIND.get(part.device_type)
+        if kind is None:
+            target = None
+        elif kind == "llvm" and _host_target(table) is not None:
+            target = _host_target(table)
+        else:
+            target = parse_target(kind)
+    vid = part.virtual_device_id if part.virtual_device_id is not None else 0
+    return VirtualDevice(part.device_type, vid, target, part.memory_scope)
+
+
+def resolve_device(spec: DeviceSpec, table: Sequence[Any] = ()) -> tuple[VirtualDevice, int, list[Any]]:
+    """Resolve `spec` against `table`: (virtual device, its index, the table).
+
+    The first entry agreeing with every field the spec gives is reused;
+    otherwise the completed spec is appended (the returned table is a new
+    list; the argument is not modified). Raises PlanConfigError on a bad spec.
+    """
+    part = _parse_spec(spec)
+    entries = list(table)
+    for index, entry in enumerate(entries):
+        if _agrees(entry, part):
+            return entry, index, entries
+    device = complete_spec(spec, entries)
+    for index, entry in enumerate(entries):
+        if entry == device:
+            return entry, index, entries
+    entries.append(device)
+    return device, len(entries) - 1, entries
+
+
+def spec_text(spec: DeviceSpec) -> str:
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, VirtualDevice):
+        return str(spec)
+    return json.dumps(dict(spec), sort_keys=True)

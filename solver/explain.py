@@ -1,0 +1,283 @@
+"""Explaining a conflict: a minimal set of tracked constraints, via Z3's unsat core.
+
+When presolve refuses a join, the log of first-order facts (unions and pins,
+each with its constraint id) locates the conflict: two pins with different
+values for one field, connected by equalities. The facts on the shortest such
+connection are re-encoded with one indicator literal per constraint; Z3's
+unsat core, minimised by deletion, is the explanation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+import z3
+
+from relay.ast import (
+    Call,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from relay.device import VirtualDevice
+
+from .domains import DomainSystem, Incompatible
+from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
+from .solve import _Codes
+
+_FIELDS = ("device type", "device id", "target", "memory scope")
+
+
+def short_text(expr: Expr | None, limit: int = 60) -> str:
+    """A one-line rendering of an expression, for messages."""
+    if expr is None:
+        return ""
+    match expr:
+        case Var(name=name):
+            text = f"%{name}"
+        case GlobalVar(name=name):
+            text = f"@{name}"
+        case Op(name=name):
+            text = name
+        case Constructor(name=name):
+            text = name
+        case Constant():
+            text = "constant"
+        case Call(op=op, args=args):
+            head = short_text(op, 30) if isinstance(op, (Op, GlobalVar, Var, Constructor)) else "(...)"
+            inner = ", ".join(short_text(a, 20) if isinstance(a, (Var, GlobalVar, Constant)) else "..." for a in args)
+            text = f"{head}({inner})"
+        case Function(params=params):
+            text = "fn(" + ", ".join(f"%{p.name}" for p in params) + ") {...}"
+        case Let(var=var):
+            text = f"let %{var.name} = ...; ..."
+        case If():
+            text = "if (...) {...} else {...}"
+        case Tuple(fields=fields):
+            text = f"({', '.join('...' for _ in fields)})"
+        case TupleGetItem(index=i):
+            text = f"(...).{i}"
+        case RefCreate():
+            text = "ref(...)"
+        case RefRead():
+            text = "ref_read(...)"
+        case RefWrite():
+            text = "ref_write(...)"
+        case Match():
+            text = "match (...) {...}"
+        case _:
+            text = type(expr).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _loc(ds: DomainSystem, cid: int) -> str:
+    tag = ds.tags[cid]
+    span = tag.expr.span if tag.expr is not None else None
+    return f"{span.line}:{span.column}" if span is not None else "?"
+
+
+def _device_name(vd: VirtualDevice) -> str:
+    return str(vd)
+
+
+def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> PlanningConflict:
+    """Build the PlanningConflict for a refused join."""
+    adjacency: dict[int, list[tuple[int, int]]] = {}
+    for a, b, c in zip(ds.edge_a, ds.edge_b, ds.edge_c):
+        if a == b:
+            continue
+        adjacency.setdefault(a, []).append((b, c))
+        adjacency.setdefault(b, []).append((a, c))
+    # Component of the failing constraint, with distances from its first element.
+    start = err.a
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        x = queue.popleft()
+        for y, _ in adjacency.get(x, ()):
+            if y not in dist:
+                dist[y] = dist[x] + 1
+                queue.append(y)
+    codes = _Codes()
+    pins = [(e, vd, c, codes.values(vd)) for e, vd, c in ds.pins if e in dist and ds.tags[c].hard]
+    pins.sort(key=lambda p: dist[p[0]])
+    best: tuple[int, list[tuple[int, int, int]], tuple, tuple] | None = None
+    for p in pins[:24]:
+        found = _nearest_conflicting(adjacency, p, pins)
+        if found is not None and (best is None or len(found[1]) < len(best[1])):
+            best = found  # type: ignore[assignment]
+    if best is None:
+        constraints = [_constraint(ds, err.cid, [])]
+        return PlanningConflict(f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints)
+    _, path, p_pin, q_pin = best
+    facts: list[tuple[int, tuple]] = [(p_pin[2], ("pin", p_pin[0], p_pin[3])), (q_pin[2], ("pin", q_pin[0], q_pin[3]))]
+    for a, b, c in path:
+        facts.append((c, ("eq", a, b)))
+    core = _unsat_core(facts, timeout_ms)
+    ordered = _order(core, p_pin[2], q_pin[2], path)
+    constraints = []
+    for cid in ordered:
+        devices: list[str] = []
+        if cid == p_pin[2]:
+            devices.append(_device_name(p_pin[1]))
+        if cid == q_pin[2]:
+            devices.append(_device_name(q_pin[1]))
+        constraints.append(_constraint(ds, cid, devices))
+    message = _message(ds, p_pin, q_pin, ordered)
+    return PlanningConflict(message, constraints)
+
+
+def _nearest_conflicting(adjacency, p, pins):
+    """BFS from pin p to the nearest pin disagreeing with it on some field."""
+    targets: dict[int, list] = {}
+    for q in pins:
+        if any(a is not None and b is not None and a != b for a, b in zip(p[3], q[3])):
+            targets.setdefault(q[0], []).append(q)
+    if not targets:
+        return None
+    start = p[0]
+    prev: dict[int, tuple[int, int] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        x = queue.popleft()
+        if x in targets:
+            path: list[tuple[int, int, int]] = []
+            y = x
+            while prev[y] is not None:
+                px, c = prev[y]  # type: ignore[misc]
+                path.append((px, y, c))
+                y = px
+            path.reverse()
+            return (x, path, p, targets[x][0])
+        for y, c in adjacency.get(x, ()):
+            if y not in prev:
+                prev[y] = (x, c)
+                queue.append(y)
+    return None
+
+
+def _unsat_core(facts: list[tuple[int, tuple]], timeout_ms: int) -> list[int]:
+    """Indicator literal per constraint id; unsat core; minimised by deletion."""
+    ctx = z3.Context()
+    cids = list(dict.fromkeys(c for c, _ in facts))
+    lits = {c: z3.Bool(f"c{c}", ctx) for c in cids}
+    variables: dict[tuple[int, int], z3.ArithRef] = {}
+
+    def var(elem: int, k: int) -> z3.ArithRef:
+        v = variables.get((elem, k))
+        if v is None:
+            v = variables[(elem, k)] = z3.Int(f"x{elem}_{k}", ctx)
+        return v
+
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", max(1, int(timeout_ms)))
+    for c, fact in facts:
+        if fact[0] == "pin":
+            _, elem, values = fact
+            conj = [var(elem, k) == values[k] for k in range(4) if values[k] is not None]
+        else:
+            _, a, b = fact
+            conj = [var(a, k) == var(b, k) for k in range(4)]
+        solver.add(z3.Implies(lits[c], z3.And(*conj) if conj else z3.BoolVal(True, ctx)))
+    result = solver.check(*lits.values())
+    if result == z3.unknown:
+        raise SolverTimeout(f"Z3 gave no answer while explaining a conflict ({solver.reason_unknown()})")
+    if result == z3.sat:
+        return cids
+    core_names = {str(x) for x in solver.unsat_core()}
+    core = [c for c in cids if f"c{c}" in core_names]
+    i = 0
+    while i < len(core):
+        trial = core[:i] + core[i + 1 :]
+        r = solver.check(*[lits[c] for c in trial])
+        if r == z3.unsat:
+            core = trial
+        else:
+            if r == z3.unknown:
+                raise SolverTimeout("Z3 gave no answer while minimising a conflict")
+            i += 1
+    return core
+
+
+def _order(core: Iterable[int], p: int, q: int, path: list[tuple[int, int, int]]) -> list[int]:
+    core_set = set(core)
+    out = [p] if p in core_set else []
+    for _, _, c in path:
+        if c in core_set and c not in out:
+            out.append(c)
+    if q in core_set and q not in out:
+        out.append(q)
+    for c in core:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _constraint(ds: DomainSystem, cid: int, devices: list[str]) -> ConflictConstraint:
+    tag = ds.tags[cid]
+    expr = tag.expr
+    text = short_text(expr)
+    description = _describe(tag.kind, expr, tag.detail, devices)
+    return ConflictConstraint(tag.kind, description, text, expr.span if expr is not None else None, devices)
+
+
+def _describe(kind: str, expr: Expr | None, detail: str, devices: list[str]) -> str:
+    on = f" on {' and '.join(devices)}" if devices else ""
+    text = short_text(expr)
+    if kind == "annotation":
+        return f"on_device puts {short_text(expr.args[0]) if isinstance(expr, Call) and expr.args else text}{on}"
+    if kind == "copy":
+        return f"device_copy {text} reads{on or ' from its source'}"
+    if kind == "parameter attribute":
+        return f"parameter %{detail} is declared{on}"
+    if kind == "function attribute":
+        return f"function result is declared{on}"
+    if kind == "call site":
+        return f"call {text} passes its arguments and result to the callee's devices"
+    if kind == "host operator":
+        return f"{detail} keeps shape values on the host{on}"
+    if kind.startswith("constraint #"):
+        return f"request {kind} pins {detail} {text}{on}"
+    if kind == "parameter":
+        return f"parameter %{detail} is the function's argument"
+    if kind == "let":
+        return f"let %{detail} shares its value's device"
+    return f"{kind} {text} shares one device{on}"
+
+
+def _message(ds: DomainSystem, p_pin, q_pin, ordered: list[int]) -> str:
+    p_tag, q_tag = ds.tags[p_pin[2]], ds.tags[q_pin[2]]
+    first = f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail)} is on {p_pin[1]} ({p_tag.kind} at {_loc(ds, p_pin[2])})"
+    second = f"{_subject(q_tag.kind, q_tag.expr, q_tag.detail)} is on {q_pin[1]} ({q_tag.kind} at {_loc(ds, q_pin[2])})"
+    links = [c for c in ordered if c not in (p_pin[2], q_pin[2])]
+    via = ""
+    if links:
+        via = " and they must share one device through " + ", ".join(
+            f"{ds.tags[c].kind} at {_loc(ds, c)}" for c in links[:6]
+        )
+        if len(links) > 6:
+            via += f" (and {len(links) - 6} more)"
+    return f"device conflict: {first} but {second}{via}"
+
+
+def _subject(kind: str, expr: Expr | None, detail: str) -> str:
+    if kind == "parameter attribute":
+        return f"parameter %{detail}"
+    if kind == "function attribute":
+        return "the function result"
+    if isinstance(expr, Call) and kind in ("annotation",) and expr.args:
+        return short_text(expr.args[0])
+    return short_text(expr) or kind

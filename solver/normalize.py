@@ -1,0 +1,198 @@
+"""Normalisations applied before constraint collection (device-planning.md, section 3).
+
+- `rewrite_on_devices`: an `on_device` that is a function body or a let-bound
+  value also constrains its result; `on_device(e).i` becomes `on_device(on_device(e).i)`
+  (the projection is copied, not the whole tuple).
+- `copy_conflicting_inputs`: TVM's "conflicting inputs" walk (PR #15090): call
+  arguments whose recorded device disagrees get a `device_copy` first.
+- `maybe_on_device`: TVM's MaybeOnDevice, shared with the rewrite step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from relay.ast import (
+    Call,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    Let,
+    Op,
+    TupleGetItem,
+    Var,
+    device_copy,
+    device_copy_props,
+    is_op,
+    on_device,
+    on_device_props,
+)
+from relay.device import VirtualDevice
+from relay.traverse import children, rewrite
+
+_FREE = VirtualDevice.unconstrained()
+
+
+def make_on_device(body: Expr, device: VirtualDevice, constrain_result: bool, constrain_body: bool) -> Call:
+    """TVM's OnDevice: with neither flag the device is dropped (fully unconstrained)."""
+    if not constrain_result and not constrain_body:
+        device = _FREE
+    return on_device(
+        body, device, constrain_body=constrain_body, constrain_result=constrain_result, span=body.span
+    )
+
+
+def maybe_on_device(body: Expr, device: VirtualDevice, constrain_result: bool = True, constrain_body: bool = True) -> Expr:
+    """Wrap `body` in `on_device` unless its device is already evident (TVM's MaybeOnDevice)."""
+    if device.is_fully_unconstrained:
+        return body
+    if isinstance(body, (Op, Constructor, GlobalVar, Var, Function)):
+        return body
+    props = on_device_props(body)
+    if props is not None:
+        inner = props.virtual_device
+        constrain_outer = constrain_result
+        constrain_inner = props.constrain_body
+        chosen = device if (constrain_inner or constrain_outer) else inner
+        assert isinstance(chosen, VirtualDevice)
+        return make_on_device(props.body, chosen, constrain_outer, constrain_inner)
+    return make_on_device(body, device, constrain_result, constrain_body)
+
+
+def _is_normal(expr: Expr) -> bool:
+    props = on_device_props(expr)
+    return props is not None and props.constrain_body and not props.constrain_result
+
+
+def rewrite_on_devices(func: Function) -> Function:
+    """Phase 0 of TVM's PlanDevices on one global function."""
+
+    def visit(original: Expr, rebuilt: Expr) -> Expr:
+        if isinstance(rebuilt, TupleGetItem):
+            props = on_device_props(rebuilt.tuple_value)
+            if props is not None and props.constrain_body and not props.constrain_result:
+                assert isinstance(props.virtual_device, VirtualDevice)
+                return make_on_device(rebuilt, props.virtual_device, props.constrain_result, props.constrain_body)
+            return rebuilt
+        if isinstance(rebuilt, Let) and _is_normal(rebuilt.value):
+            props = on_device_props(rebuilt.value)
+            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
+            return dataclasses.replace(rebuilt, value=maybe_on_device(props.body, props.virtual_device))
+        if isinstance(rebuilt, Function) and _is_normal(rebuilt.body):
+            props = on_device_props(rebuilt.body)
+            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
+            return dataclasses.replace(rebuilt, body=maybe_on_device(props.body, props.virtual_device))
+        return rebuilt
+
+    out = rewrite(func, visit)
+    assert isinstance(out, Function)
+    return out
+
+
+class InputConflictCrash(Exception):
+    """TVM fails an internal check in the conflicting-inputs walk."""
+
+    def __init__(self, call: Call, message: str) -> None:
+        super().__init__(message)
+        self.call = call
+
+
+def copy_conflicting_inputs(
+    functions: list[tuple[GlobalVar, Function]], canonical: Callable[[VirtualDevice], VirtualDevice]
+) -> tuple[list[tuple[GlobalVar, Function]], int]:
+    """TVM's ConflictedNodeFinder + ConflictedNodeRewriter over the given globals.
+
+    Returns the rewritten functions and how many copies were inserted.
+    """
+    records: dict[int, VirtualDevice] = {}
+    conflicted: dict[int, Expr] = {}
+    seen: set[int] = set()
+    calls: dict[int, Call] = {}
+
+    def update(node: Expr, device: VirtualDevice) -> bool:
+        key = id(node)
+        old = records.get(key)
+        if old is None:
+            records[key] = device
+            return True
+        joined = old.join(device)
+        if joined is None:
+            return False
+        records[key] = joined
+        return True
+
+    for _, func in functions:
+        stack: list[Expr] = [func]
+        while stack:
+            node = stack.pop()
+            key = id(node)
+            if key in seen:
+                continue
+            seen.add(key)
+            if isinstance(node, Call):
+                calls[key] = node
+                call_dev = records.setdefault(key, _FREE)
+                body_dev = call_dev
+                od = on_device_props(node)
+                dc = device_copy_props(node)
+                if od is not None and isinstance(od.virtual_device, VirtualDevice):
+                    if od.constrain_body:
+                        body_dev = od.virtual_device
+                    if od.constrain_result:
+                        call_dev = od.virtual_device
+                elif dc is not None and isinstance(dc.src, VirtualDevice) and isinstance(dc.dst, VirtualDevice):
+                    body_dev = dc.src
+                    call_dev = dc.dst
+                if not update(node, call_dev) and od is None:
+                    raise InputConflictCrash(node, "mismatched device of a call after iterating its arguments")
+                for arg in node.args:
+                    if not update(arg, body_dev):
+                        conflicted[id(arg)] = arg
+                for arg in reversed(node.args):
+                    if id(arg) not in seen:
+                        stack.append(arg)
+            else:
+                for kid in reversed(children(node)):
+                    if id(kid) not in seen:
+                        stack.append(kid)
+    for key in list(conflicted):
+        node = conflicted[key]
+        if isinstance(node, Call) and is_op(node.op, "on_device"):
+            del conflicted[key]
+    if not conflicted:
+        return functions, 0
+
+    copies = 0
+
+    def visit(original: Expr, rebuilt: Expr) -> Expr:
+        nonlocal copies
+        if not isinstance(original, Call) or not isinstance(rebuilt, Call):
+            return rebuilt
+        new_args = list(rebuilt.args)
+        changed = rebuilt.args is not original.args
+        for i, arg in enumerate(new_args):
+            if id(arg) in conflicted and conflicted[id(arg)] is arg:
+                src_raw = records.get(id(arg), _FREE)
+                dst_raw = records.get(id(original), _FREE)
+                if src_raw.device_type is None and src_raw.target is None:
+                    raise InputConflictCrash(original, "conflicting argument whose device is unknown")
+                if dst_raw.device_type is None and dst_raw.target is None:
+                    raise InputConflictCrash(original, "call with a conflicting argument on an unknown device")
+                src, dst = canonical(src_raw), canonical(dst_raw)
+                if src != dst:
+                    new_args[i] = device_copy(arg, src, dst, span=arg.span)
+                    copies += 1
+                    changed = True
+        if not changed and rebuilt.op is original.op:
+            return original
+        return dataclasses.replace(original, args=tuple(new_args))
+
+    out: list[tuple[GlobalVar, Function]] = []
+    for gv, func in functions:
+        new = rewrite(func, visit)
+        assert isinstance(new, Function)
+        out.append((gv, new))
+    return out, copies
+

@@ -1,0 +1,377 @@
+"""`plan(module, config)`: the pipeline of named steps, top to bottom.
+
+resolve devices -> normalise annotations -> infer function shapes -> collect
+constraints (presolve union-find) -> free on_device + TVM defaults (greedy,
+the lexicographic optimum) -> Z3 model of record -> rewrite (section 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from relay.ast import (
+    Attrs,
+    Call,
+    Expr,
+    Function,
+    GlobalVar,
+    MetaRef,
+    Module,
+    Op,
+    Var,
+    on_device,
+)
+from relay.device import Target, VirtualDevice
+from relay.span import Span
+from relay.traverse import post_order, rewrite
+
+from .collect import Collector, is_optimizable
+from .config import PlanConfig, complete_spec, resolve_device, spec_text
+from .domains import DomainSystem, Incompatible
+from .errors import ConflictConstraint, PlanConfigError, PlanningConflict
+from .explain import explain_conflict, short_text
+from .normalize import InputConflictCrash, copy_conflicting_inputs, rewrite_on_devices
+from .rewrite import Rewriter
+from .shapes import infer_shapes
+from .solve import check_plan
+
+log = logging.getLogger(__name__)
+
+_FREE = VirtualDevice.unconstrained()
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """Sizes and timings of one planning run."""
+
+    classes: int
+    variables: int
+    hard_constraints: int
+    soft_constraints: int
+    time_ms: dict[str, float] = field(default_factory=dict)
+    nodes: int = 0
+    z3_constraints: int = 0
+    z3_assumptions: int = 0
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The planned module and what the planner decided."""
+
+    module: Module
+    virtual_devices: list[VirtualDevice]
+    stats: PlanStats
+    copies: list[tuple[Span | None, VirtualDevice, VirtualDevice]]
+    functions: dict[str, dict[str, Any]]
+    expressions_by_device: dict[str, int]
+
+
+def device_name(vd: VirtualDevice) -> str:
+    """Short name of a device for reports: `cpu`, `cuda:1`, `cuda scope=global`."""
+    return str(vd)
+
+
+# ---------------------------------------------------------------------------
+# Step 1: the virtual-device table and meta references
+
+
+def _build_table(module: Module, config: PlanConfig) -> list[Any]:
+    table = list(module.meta.get("VirtualDevice", []) or [])
+    for spec in config.virtual_devices:
+        table.append(complete_spec(spec, table) if not isinstance(spec, VirtualDevice) else spec)
+    return table
+
+
+def _resolve_meta(value: Any, table: list[Any]) -> Any:
+    if isinstance(value, MetaRef) and value.kind == "VirtualDevice":
+        if not 0 <= value.index < len(table) or not isinstance(table[value.index], VirtualDevice):
+            raise PlanConfigError(
+                f"meta[VirtualDevice][{value.index}] is not in the virtual device table "
+                f"({len(table)} entries); pass --virtual-devices"
+            )
+        return table[value.index]
+    return value
+
+
+def _resolve_meta_refs(functions: list[tuple[GlobalVar, Function]], table: list[Any]) -> list[tuple[GlobalVar, Function]]:
+    """Replace `meta[VirtualDevice][i]` placeholders by the table's devices."""
+    def has_ref(node: Expr) -> bool:
+        if isinstance(node, Var):
+            return isinstance(node.virtual_device, MetaRef)
+        if isinstance(node, Function):
+            return isinstance(node.virtual_device, MetaRef) or any(isinstance(p.virtual_device, MetaRef) for p in node.params)
+        if isinstance(node, Call) and node.attrs is not None:
+            return any(isinstance(v, MetaRef) for _, v in node.attrs.fields)
+        return False
+
+    out = []
+    for gv, func in functions:
+        nodes = post_order(func)
+        if not any(has_ref(n) for n in nodes):
+            out.append((gv, func))
+            continue
+        var_map: dict[int, Var] = {}
+        for n in nodes:
+            if isinstance(n, Function):
+                for p in n.params:
+                    if isinstance(p.virtual_device, MetaRef):
+                        var_map[id(p)] = dataclasses.replace(p, virtual_device=_resolve_meta(p.virtual_device, table))
+
+        def visit(original: Expr, rebuilt: Expr) -> Expr:
+            if isinstance(rebuilt, Var):
+                return var_map.get(id(original), rebuilt)
+            if isinstance(rebuilt, Function):
+                params = tuple(var_map.get(id(p), p) for p in rebuilt.params)
+                vd = _resolve_meta(rebuilt.virtual_device, table)
+                if vd is not rebuilt.virtual_device or any(a is not b for a, b in zip(params, rebuilt.params)):
+                    return dataclasses.replace(rebuilt, params=params, virtual_device=vd)
+                return rebuilt
+            if isinstance(rebuilt, Call) and rebuilt.attrs is not None:
+                fields = tuple((k, _resolve_meta(v, table)) for k, v in rebuilt.attrs.fields)
+                if any(a[1] is not b[1] for a, b in zip(fields, rebuilt.attrs.fields)):
+                    return dataclasses.replace(rebuilt, attrs=Attrs(fields, rebuilt.attrs.type_key))
+            return rebuilt
+
+        new = rewrite(func, visit)
+        assert isinstance(new, Function)
+        out.append((gv, new))
+    return out
+
+
+def _targets(table: list[Any], default: VirtualDevice, host: VirtualDevice) -> dict[int, Target]:
+    """The target each device type gets when only its type is known (TVM's primitive targets)."""
+    targets: dict[int, Target] = {}
+    for vd in [default, *table]:
+        if isinstance(vd, VirtualDevice) and vd.device_type is not None and vd.target is not None:
+            targets.setdefault(vd.device_type, vd.target)
+    if host.device_type is not None and host.target is not None:
+        targets.setdefault(host.device_type, host.target)
+    return targets
+
+
+# ---------------------------------------------------------------------------
+# Request-level constraints
+
+
+@dataclass(frozen=True)
+class _Pin:
+    kind: str  # param | function | op
+    k: int
+    device: VirtualDevice
+    selector: Mapping[str, Any]
+
+
+def _parse_constraints(config: PlanConfig, table: list[Any]) -> tuple[list[_Pin], list[Any]]:
+    pins = []
+    for k, entry in enumerate(config.constraints):
+        if not isinstance(entry, Mapping) or "select" not in entry or "device" not in entry:
+            raise PlanConfigError(f"constraint #{k} must be {{'select': {{...}}, 'device': SPEC}}, got {entry!r}")
+        select = entry["select"]
+        if not isinstance(select, Mapping):
+            raise PlanConfigError(f"constraint #{k}: selector must be an object, got {select!r}")
+        kinds = [key for key in ("param", "function", "op") if key in select]
+        extra = set(select) - {"param", "function", "op", "index"}
+        if len(kinds) != 1 or extra or ("index" in select and kinds != ["op"]):
+            raise PlanConfigError(f"constraint #{k}: bad selector {dict(select)!r}")
+        device, _, table = resolve_device(entry["device"], table)
+        pins.append(_Pin(kinds[0], k, device, select))
+    return pins, table
+
+
+def _selector_text(pin: _Pin) -> str:
+    return spec_text(dict(pin.selector))  # type: ignore[arg-type]
+
+
+def _apply_op_pins(
+    functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]
+) -> tuple[list[tuple[GlobalVar, Function]], dict[int, str]]:
+    """Wrap the selected operator calls in `on_device(call, d)` (body constrained only)."""
+    op_pins = [p for p in pins if p.kind == "op"]
+    kinds: dict[int, str] = {}
+    if not op_pins:
+        return functions, kinds
+    counters: Counter[str] = Counter()
+    matched: Counter[int] = Counter()
+    out = []
+    for gv, func in functions:
+        if not is_optimizable(func):
+            out.append((gv, func))
+            continue
+
+        def visit(original: Expr, rebuilt: Expr) -> Expr:
+            if not (isinstance(rebuilt, Call) and isinstance(rebuilt.op, Op)):
+                return rebuilt
+            name = rebuilt.op.name
+            index = counters[name]
+            counters[name] += 1
+            for pin in op_pins:
+                if pin.selector["op"] != name:
+                    continue
+                want = pin.selector.get("index")
+                if want is not None and want != index:
+                    continue
+                matched[pin.k] += 1
+                wrapped = on_device(rebuilt, pin.device, constrain_body=True, constrain_result=False, span=rebuilt.span)
+                kinds[id(wrapped)] = f"constraint #{pin.k}"
+                return wrapped
+            return rebuilt
+
+        new = rewrite(func, visit)
+        assert isinstance(new, Function)
+        out.append((gv, new))
+    for pin in op_pins:
+        if not matched[pin.k]:
+            raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no operator call")
+    return out, kinds
+
+
+def _find_pins(functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]) -> list[tuple[str, Any, VirtualDevice, int]]:
+    out = []
+    by_name = {gv.name: func for gv, func in functions}
+    for pin in pins:
+        if pin.kind == "param":
+            text = str(pin.selector["param"])
+            gname, _, pname = text.partition(":")
+            gname = gname.lstrip("@")
+            pname = pname.lstrip("%")
+            func = by_name.get(gname)
+            param = next((p for p in func.params if p.name == pname), None) if func is not None else None
+            if param is None:
+                raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no parameter")
+            out.append(("param", param, pin.device, pin.k))
+        elif pin.kind == "function":
+            gname = str(pin.selector["function"]).lstrip("@")
+            func = by_name.get(gname)
+            if func is None:
+                raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no global function")
+            out.append(("function", func, pin.device, pin.k))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The pipeline
+
+
+def _crash_conflict(err: InputConflictCrash) -> PlanningConflict:
+    call = err.call
+    c = ConflictConstraint("conflicting inputs", err.args[0], short_text(call), call.span, [])
+    loc = f"{call.span.line}:{call.span.column}" if call.span is not None else "?"
+    return PlanningConflict(f"device conflict: {err.args[0]} at {loc} ({short_text(call)})", [c])
+
+
+def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
+    """Plan the devices of `module` (device-planning.md, sections 1-5).
+
+    Raises PlanningConflict (with a minimal explanation), SolverTimeout, or
+    PlanConfigError (bad spec or selector).
+    """
+    config = config or PlanConfig()
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+
+    table = _build_table(module, config)
+    input_table_len = len(table)
+    default, _, table = resolve_device(config.default_device, table)
+    host, _, table = resolve_device(config.host_device, table)
+    pins, table = _parse_constraints(config, table)
+    functions = _resolve_meta_refs(list(module.functions), table)
+    targets = _targets(table, default, host)
+    ds = DomainSystem(targets)
+    canonical = ds.canonical
+
+    # Normalisation (section 3, before collection).
+    functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
+    try:
+        optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
+        rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
+    except InputConflictCrash as err:
+        raise _crash_conflict(err) from None
+    replaced = dict((gv.name, f) for gv, f in rewritten)
+    functions = [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
+    functions, annotation_kinds = _apply_op_pins(functions, pins)
+    request_pins = _find_pins(functions, pins)
+
+    shapes = infer_shapes(module, [f for _, f in functions])
+    times["infer"] = (time.perf_counter() - t) * 1000
+
+    # Collection + presolve (hard constraints; conflicts explained).
+    t = time.perf_counter()
+    collector = Collector(module, functions, shapes, ds, canonical(default), host, annotation_kinds)
+    try:
+        collector.collect(request_pins)
+    except Incompatible as err:
+        times["collect"] = (time.perf_counter() - t) * 1000
+        raise explain_conflict(ds, err, config.timeout_ms) from None
+    times["collect"] = (time.perf_counter() - t) * 1000
+
+    t = time.perf_counter()
+    ds.logging = False
+    hard_roots = ds.classes()
+    hard = {r: ds.vd[r] for r in hard_roots}
+    collector.unify_free_on_devices()
+    collector.apply_defaults()
+    final_root = {r: ds.find(r) for r in hard_roots}
+    final = {r: ds.vd[r] for r in set(final_root.values())}
+    times["presolve"] = (time.perf_counter() - t) * 1000
+
+    t = time.perf_counter()
+    model = check_plan(hard, final_root, final, config.timeout_ms)
+    times["z3"] = (time.perf_counter() - t) * 1000
+    for root, vd in model.devices.items():
+        if vd != final[root]:
+            raise RuntimeError(f"internal error: Z3 model {vd} differs from presolve {final[root]}")
+    model_devices = model.devices
+
+    def device_of(elem: int) -> VirtualDevice:
+        root = ds.find(elem)
+        found = model_devices.get(root)
+        return found if found is not None else ds.vd[root]
+
+    t = time.perf_counter()
+    rewriter = Rewriter(collector, device_of)
+    out_functions = []
+    summary: dict[str, dict[str, Any]] = {}
+    for gv, func in functions:
+        if is_optimizable(func):
+            new = rewriter.rewrite_function(func)
+            out_functions.append((gv, new))
+            if isinstance(new, Function) and not new.is_primitive:
+                summary[gv.name] = {
+                    "params": [device_name(p.virtual_device) for p in new.params],  # type: ignore[arg-type]
+                    "result": device_name(new.virtual_device),  # type: ignore[arg-type]
+                }
+        else:
+            out_functions.append((gv, func))
+    out_table = list(table)
+    for vd in rewriter.used:
+        if vd not in out_table:
+            out_table.append(vd)
+    meta = dict(module.meta)
+    meta["VirtualDevice"] = out_table
+    out_module = dataclasses.replace(module, functions=tuple(out_functions), meta=meta)
+    times["rewrite"] = (time.perf_counter() - t) * 1000
+    del input_table_len
+
+    stats = PlanStats(
+        classes=len(final_root),
+        variables=model.variables,
+        hard_constraints=collector.hard_count,
+        soft_constraints=collector.soft_count,
+        time_ms={k: round(v, 3) for k, v in times.items()},
+        nodes=len(ds.parent),
+        z3_constraints=model.constraints,
+        z3_assumptions=model.assumptions,
+    )
+    return PlanResult(
+        module=out_module,
+        virtual_devices=[v for v in out_table if isinstance(v, VirtualDevice)],
+        stats=stats,
+        copies=rewriter.copies,
+        functions=summary,
+        expressions_by_device=dict(rewriter.by_device),
+    )

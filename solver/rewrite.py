@@ -1,0 +1,203 @@
+"""Section 5: make every device explicit (TVM's DeviceCapturer), iteratively.
+
+Each node is rebuilt once (sharing kept); wrappers (`on_device`,
+`device_copy`) are added per use, where the child's device differs from what
+its context expects, or where the expected device differs from the lexical one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Callable
+
+from relay.ast import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+    device_copy,
+    device_copy_props,
+    on_device_props,
+)
+from relay.device import VirtualDevice
+from relay.span import Span
+from relay.traverse import children
+
+from .collect import Collector
+from .domains import Domain
+from .normalize import maybe_on_device
+
+_FREE = VirtualDevice.unconstrained()
+
+
+class Rewriter:
+    """Rewrites global functions given a solved `Collector` and a device reader."""
+
+    def __init__(self, collector: Collector, device_of: Callable[[int], VirtualDevice]) -> None:
+        self.c = collector
+        self.device_of = device_of
+        self.memo: dict[int, Expr] = {}
+        self.params: dict[int, Var] = {}
+        self.copies: list[tuple[Span | None, VirtualDevice, VirtualDevice]] = []
+        self.used: dict[VirtualDevice, None] = {}
+        self.by_device: Counter[str] = Counter()
+
+    # ---- devices
+
+    def _result(self, d: Domain) -> VirtualDevice:
+        while isinstance(d, tuple):
+            d = d[-1]
+        vd = self.device_of(d)
+        if vd.is_fully_unconstrained:
+            vd = self.c.default
+        return vd
+
+    def dev(self, expr: Expr) -> VirtualDevice:
+        """TVM's GetVirtualDevice: looks through one `on_device`."""
+        props = on_device_props(expr)
+        true_expr = props.body if props is not None else expr
+        return self._result(self.c.dom(true_expr))
+
+    def _use(self, vd: VirtualDevice) -> VirtualDevice:
+        self.used[vd] = None
+        return vd
+
+    # ---- wrapping
+
+    def child(self, lexical: VirtualDevice, expected: VirtualDevice, child_vd: VirtualDevice, child: Expr) -> Expr:
+        if isinstance(child, (Op, Constructor)):
+            return child
+        result = self.memo[id(child)]
+        if child_vd != expected:
+            result = maybe_on_device(result, self._use(child_vd))
+            result = device_copy(result, child_vd, self._use(expected), span=result.span)
+            self.copies.append((child.span, child_vd, expected))
+        if expected != lexical:
+            result = maybe_on_device(result, self._use(expected))
+        return result
+
+    def child_of(self, parent: Expr, child: Expr) -> Expr:
+        expected = self.dev(parent)
+        return self.child(expected, expected, self.dev(child), child)
+
+    # ---- driver
+
+    def rewrite_function(self, func: Function) -> Function:
+        order = self._post_order(func)
+        for node in order:
+            if isinstance(node, Function) and not node.is_primitive:
+                fd = self.c.dom(node)
+                for i, p in enumerate(node.params):
+                    pd = fd[i] if isinstance(fd, tuple) and i < len(fd) - 1 else fd
+                    self.params[id(p)] = dataclasses.replace(p, virtual_device=self._use(self._result(pd)))
+        for node in order:
+            self.memo[id(node)] = self._rebuild(node)
+        out = self.memo[id(func)]
+        assert isinstance(out, Function)
+        return out
+
+    @staticmethod
+    def _post_order(root: Expr) -> list[Expr]:
+        order: list[Expr] = []
+        seen: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            if isinstance(node, Function) and node.is_primitive:
+                continue
+            for kid in reversed(children(node)):
+                if id(kid) not in seen:
+                    stack.append((kid, False))
+        return order
+
+    def _rebuild(self, node: Expr) -> Expr:
+        memo = self.memo
+        match node:
+            case Var():
+                return self.params.get(id(node), node)
+            case GlobalVar() | Constant() | Op() | Constructor():
+                return node
+            case Function():
+                if node.is_primitive:
+                    return node
+                fd = self.c.dom(node)
+                result_vd = self._use(self._result(fd))
+                self.by_device[str(result_vd)] += 1
+                body = self.child(result_vd, result_vd, self.dev(node.body), node.body)
+                params = tuple(self.params[id(p)] for p in node.params)
+                return dataclasses.replace(node, params=params, body=body, virtual_device=result_vd)
+            case Call():
+                return self._call(node)
+            case Let(var=var, value=value, body=body):
+                let_vd = self.dev(node)
+                self.by_device[str(let_vd)] += 1
+                var_vd = self._result(self.c.dom(var))
+                new_value = self.child(_FREE, var_vd, self.dev(value), value)
+                new_body = self.child(let_vd, let_vd, self.dev(body), body)
+                return dataclasses.replace(node, value=new_value, body=new_body)
+            case Match(data=data, clauses=clauses):
+                self.by_device[str(self.dev(node))] += 1
+                new_data = self.child_of(node, data)
+                new_clauses = tuple(Clause(c.lhs, self.child_of(node, c.rhs), span=c.span) for c in clauses)
+                return dataclasses.replace(node, data=new_data, clauses=new_clauses)
+            case If() | Tuple() | TupleGetItem() | RefCreate() | RefRead() | RefWrite():
+                self.by_device[str(self.dev(node))] += 1
+                kids = children(node)
+                from relay.traverse import with_children
+
+                return with_children(node, tuple(self.child_of(node, k) for k in kids))
+        del memo
+        raise TypeError(f"cannot rewrite {type(node).__name__}")
+
+    def _call(self, call: Call) -> Expr:
+        od = on_device_props(call)
+        if od is not None:
+            return self.memo[id(od.body)]
+        self.by_device[str(self.dev(call))] += 1
+        dc = device_copy_props(call)
+        if dc is not None:
+            ds = self.c.ds
+            src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else _FREE
+            dst = ds.canonical(dc.dst) if isinstance(dc.dst, VirtualDevice) else _FREE
+            if src == dst:
+                return self.memo[id(dc.body)]
+            return self.child(dst, dst, src, dc.body)
+        call_vd = self.dev(call)
+        cd = self.c.callee_domain(call)
+        n = len(call.args)
+        if isinstance(cd, tuple) and len(cd) == n + 1:
+            result_vd = self._result(cd)
+            param_vds = [self._result(cd[i]) for i in range(n)]
+        else:
+            result_vd = self._result(cd)
+            param_vds = [result_vd] * n
+        new_op = self.child(call_vd, call_vd, result_vd, call.op)
+        new_args = tuple(self.child(call_vd, param_vds[i], self.dev(a), a) for i, a in enumerate(call.args))
+        if new_op is call.op and all(a is b for a, b in zip(new_args, call.args)):
+            return call
+        return dataclasses.replace(call, op=new_op, args=new_args)
+
+
+def describe_devices(vds: Any) -> list[str]:
+    return [str(v) for v in vds]

@@ -1,0 +1,134 @@
+"""Z3 as the solver of record over the presolved (compacted) system.
+
+Variables: one per presolve class and constrained field (device type, device
+id, target, memory scope). Hard facts: each class's pinned fields. Soft facts,
+passed as assumptions: the classes merged by free `on_device` unification and
+the defaults chosen by TVM's walk. The plan is read from the model.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import z3
+
+from relay.device import Target, VirtualDevice
+
+from .errors import SolverTimeout
+
+_FIELDS = ("d", "i", "g", "s")  # device type, id, target, scope
+_MODEL_RE = re.compile(r"\(define-fun (\w+) \(\) Int\s+(\(- \d+\)|\d+)\)")
+
+
+@dataclass
+class ModelResult:
+    devices: dict[int, VirtualDevice]  # final root -> device read from the model
+    variables: int
+    constraints: int
+    assumptions: int
+
+
+class _Codes:
+    def __init__(self) -> None:
+        self.targets: list[Target] = []
+        self.target_index: dict[Target, int] = {}
+        self.scopes: list[str] = []
+        self.scope_index: dict[str, int] = {}
+
+    def values(self, vd: VirtualDevice) -> tuple[int | None, ...]:
+        t = None
+        if vd.target is not None:
+            t = self.target_index.get(vd.target)
+            if t is None:
+                t = self.target_index[vd.target] = len(self.targets)
+                self.targets.append(vd.target)
+        s = None
+        if vd.memory_scope is not None:
+            s = self.scope_index.get(vd.memory_scope)
+            if s is None:
+                s = self.scope_index[vd.memory_scope] = len(self.scopes)
+                self.scopes.append(vd.memory_scope)
+        return (vd.device_type, vd.virtual_device_id, t, s)
+
+    def device(self, values: tuple[int | None, ...]) -> VirtualDevice:
+        d, i, t, s = values
+        return VirtualDevice(
+            d, i, self.targets[t] if t is not None else None, self.scopes[s] if s is not None else None
+        )
+
+
+def check_plan(
+    hard: dict[int, VirtualDevice],
+    final_root: dict[int, int],
+    final: dict[int, VirtualDevice],
+    timeout_ms: int,
+) -> ModelResult:
+    """Check the compacted system with Z3 and read every final class's device.
+
+    `hard` maps each presolve class to its device after the hard constraints,
+    `final_root` each presolve class to its class after the soft steps, and
+    `final` each final class to the device the greedy defaults chose.
+    """
+    codes = _Codes()
+    lines: list[str] = []
+    assumptions: list[str] = []
+    groups: dict[int, list[int]] = {}
+    for h, root in final_root.items():
+        groups.setdefault(root, []).append(h)
+    nvars = 0
+    nconstraints = 0
+    for root, members in groups.items():
+        target_vals = codes.values(final[root])
+        present = [k for k in range(4) if target_vals[k] is not None]
+        for h in members:
+            for k in present:
+                lines.append(f"(declare-const {_FIELDS[k]}{h} Int)")
+                nvars += 1
+            hv = codes.values(hard[h])
+            for k in present:
+                if hv[k] is not None:
+                    lines.append(f"(assert (= {_FIELDS[k]}{h} {hv[k]}))")
+                    nconstraints += 1
+        rep = members[0]
+        # Soft: classes joined by free on_device unification stay equal.
+        for h in members[1:]:
+            name = f"m{h}"
+            eqs = " ".join(f"(= {_FIELDS[k]}{h} {_FIELDS[k]}{rep})" for k in present)
+            if eqs:
+                lines.append(f"(declare-const {name} Bool)")
+                lines.append(f"(assert (=> {name} (and true {eqs})))")
+                assumptions.append(name)
+        # Soft: the defaults chosen for fields the hard constraints left free.
+        free_fields = [k for k in present if codes.values(hard[rep])[k] is None]
+        if free_fields:
+            name = f"a{rep}"
+            eqs = " ".join(f"(= {_FIELDS[k]}{rep} {target_vals[k]})" for k in free_fields)
+            lines.append(f"(declare-const {name} Bool)")
+            lines.append(f"(assert (=> {name} (and true {eqs})))")
+            assumptions.append(name)
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", max(1, int(timeout_ms)))
+    if lines:
+        solver.from_string("\n".join(lines))
+    lits = [z3.Bool(a, ctx) for a in assumptions]
+    started = time.perf_counter()
+    result = solver.check(*lits)
+    if result == z3.unknown:
+        raise SolverTimeout(
+            f"Z3 gave no answer within {timeout_ms} ms ({solver.reason_unknown()})", solver.reason_unknown()
+        )
+    if result == z3.unsat:
+        raise RuntimeError("internal error: the presolved device plan is inconsistent (Z3 says unsat)")
+    del started
+    values: dict[str, int] = {}
+    for name, text in _MODEL_RE.findall(solver.model().sexpr()):
+        values[name] = int(text.replace("(- ", "-").replace(")", ""))
+    devices: dict[int, VirtualDevice] = {}
+    for root, members in groups.items():
+        rep = members[0]
+        fields = tuple(values.get(f"{_FIELDS[k]}{rep}") for k in range(4))
+        devices[root] = codes.device(fields)
+    return ModelResult(devices, nvars, nconstraints, len(assumptions))
