@@ -1,0 +1,35 @@
+"""Planned Relay -> TVM Relax with virtual devices -> compiled library.
+
+The only package that imports `tvm` (apache-tvm 0.27, Relax only).
+`to_relax` lowers a planned `relay.Module`, `compile` builds it for each
+virtual device's target, `export_library` writes it, `run` executes it on
+the Relax VM with the plan's devices.
+"""
+
+from .build import Compiled, bind_kernel_targets, compile, devices_for, export_library, load_library, nvcc_check, run
+from .errors import BridgeError, TargetError, UnsupportedConstruct, UnsupportedOperator
+from .lower import to_relax, vdevices_of
+from .ops import convert_map
+from .targets import DEFAULT_CUDA_ARCH, target_dict, target_map, tvm_target
+
+__all__ = [
+    "DEFAULT_CUDA_ARCH",
+    "BridgeError",
+    "Compiled",
+    "TargetError",
+    "UnsupportedConstruct",
+    "UnsupportedOperator",
+    "bind_kernel_targets",
+    "compile",
+    "convert_map",
+    "devices_for",
+    "export_library",
+    "load_library",
+    "nvcc_check",
+    "run",
+    "target_dict",
+    "target_map",
+    "to_relax",
+    "tvm_target",
+    "vdevices_of",
+]

@@ -1,0 +1,362 @@
+"""Compile a lowered Relax module for its virtual devices, export it, and
+run it on the Relax VM.
+
+Pipeline: `RealizeVDevice` (propagate the plan's devices), `LegalizeOps`,
+then `bind_kernel_targets` (some TVM 0.27 legalizations, conv2d and softmax
+among them, drop the vdevice from their output type, which would leave
+their kernels without a target and their outputs on the default device),
+a default GPU schedule (dlight) when a GPU target is present, and
+`tvm.compile`. A module without virtual devices compiles for one target.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .errors import BridgeError
+from .lower import vdevices_of
+from .targets import TargetSpec, target_map
+
+log = logging.getLogger(__name__)
+
+_GPU_KINDS = {"cuda", "rocm", "vulkan", "metal", "opencl", "webgpu"}
+
+
+@dataclass
+class Compiled:
+    """A compiled module with what running it needs: the VM devices in
+    `global_infos` order and, per parameter of each function, the index of
+    its device."""
+
+    executable: Any
+    devices: list[Any]
+    input_devices: dict[str, list[int]]
+    timings: dict[str, float] = field(default_factory=dict)
+    cuda_arch: str | None = None
+
+    def export_library(self, path: str | os.PathLike[str]) -> str:
+        return export_library(self, path)
+
+
+def _is_gpu(target: Any) -> bool:
+    return str(target.kind.name) in _GPU_KINDS
+
+
+def devices_for(mod: tvm.IRModule) -> list[Any]:
+    """The runtime devices for a module's vdevices (`tvm.device(kind, id)`)."""
+    out = []
+    for vd in vdevices_of(mod):
+        kind = str(vd.target.kind.name)
+        out.append(tvm.device("cpu" if kind in ("llvm", "c") else kind, int(vd.vdevice_id)))
+    return out
+
+
+def _input_devices(mod: tvm.IRModule) -> dict[str, list[int]]:
+    vdevs = vdevices_of(mod)
+    out: dict[str, list[int]] = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        indices = []
+        for p in func.params:
+            vd = getattr(p.ty, "vdevice", None)
+            index = 0
+            for i, candidate in enumerate(vdevs):
+                if vd is not None and (
+                    int(candidate.vdevice_id) == int(vd.vdevice_id)
+                    and str(candidate.target.kind.name) == str(vd.target.kind.name)
+                    and str(candidate.memory_scope) == str(vd.memory_scope)
+                ):
+                    index = i
+                    break
+            indices.append(index)
+        out[gv.name_hint] = indices
+    return out
+
+
+@relax.expr_functor.mutator
+class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
+    """Give every `call_tir` a vdevice on its output and a target on its
+    kernel: the output's own vdevice, else its arguments', else the default."""
+
+    def __init__(self, mod: tvm.IRModule, default: Any) -> None:
+        super().__init__(mod)
+        self.mod_ = mod
+        self.default = default
+        self.call_tir = tvm.ir.Op.get("relax.call_tir")
+        self.renamed: dict[tuple[str, str], Any] = {}
+
+    def _arg_vdevice(self, args: Any) -> Any:
+        for arg in args:
+            ty = arg.ty
+            if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+                return ty.vdevice
+            if isinstance(ty, relax.TupleType):
+                for f in ty.fields:
+                    if isinstance(f, relax.TensorType) and f.vdevice is not None:
+                        return f.vdevice
+        return None
+
+    @staticmethod
+    def _with_vdevice(ty: Any, vd: Any) -> Any:
+        if isinstance(ty, relax.TensorType) and ty.vdevice is None:
+            return relax.TensorType(ty.shape, ty.dtype, vdevice=vd)
+        if isinstance(ty, relax.TupleType):
+            return relax.TupleType([_KernelTargetBinder._with_vdevice(f, vd) for f in ty.fields])
+        return ty
+
+    def visit_call_(self, call: Any) -> Any:  # noqa: N802 (TVM's visitor name)
+        call = super().visit_call_(call)
+        if not call.op.same_as(self.call_tir):
+            return call
+        kernel_gv = call.args[0]
+        args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+        out_types = list(call.ty_args)
+        vd = None
+        for ty in out_types:
+            if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+                vd = ty.vdevice
+                break
+        if vd is None:
+            vd = self._arg_vdevice(args) or self.default
+        if vd is None:
+            return call
+        new_types = [self._with_vdevice(ty, vd) for ty in out_types]
+        kernel = self.mod_[kernel_gv]
+        target = vd.target
+        current = kernel.attrs.get("target") if kernel.attrs is not None and "target" in kernel.attrs else None
+        if current is None or str(current.kind.name) != str(target.kind.name):
+            key = (kernel_gv.name_hint, str(target))
+            new_gv = self.renamed.get(key)
+            if new_gv is None:
+                new_gv = self.builder_.add_func(
+                    kernel.with_attr("target", target), f"{kernel_gv.name_hint}_{target.kind.name}"
+                )
+                self.renamed[key] = new_gv
+            kernel_gv = new_gv
+        return relax.Call(call.op, [kernel_gv, *call.args[1:]], call.attrs, new_types, call.span)
+
+    def run(self) -> tvm.IRModule:
+        for gv, func in self.mod_.functions_items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(gv, self.visit_expr(func))
+        return self.builder_.get()
+
+
+def bind_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
+    """After LegalizeOps: every kernel call gets its device and target."""
+    vdevs = vdevices_of(mod)
+    if not vdevs:
+        return mod
+    mod = _KernelTargetBinder(mod, vdevs[0]).run()
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def _multi_device_pipeline() -> Any:
+    """TVM's default Relax build pipeline without `StaticPlanBlockMemory`.
+
+    In TVM 0.27 that pass reuses a storage block freed on one device for a
+    tensor of another (it ignores vdevices), so the VM would hand a kernel an
+    output buffer on the wrong device. Modules with several devices allocate
+    each tensor on its own device instead.
+    """
+    from tvm.relax import backend, transform
+
+    @tvm.transform.module_pass(opt_level=0, name="DevplanMultiDeviceBuild")
+    def _pipeline(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
+        seq = tvm.transform.Sequential(
+            [
+                backend.DispatchSampling(),
+                backend.DispatchSortScan(),
+                transform.LegalizeOps(),
+                transform.RewriteDataflowReshape(),
+                transform.ToNonDataflow(),
+                transform.RemovePurityChecking(),
+                transform.CallTIRRewrite(),
+                transform.LowerAllocTensor(),
+                transform.KillAfterLastUse(),
+                transform.LowerRuntimeBuiltin(),
+                transform.ComputePrimValue(),
+                transform.VMShapeLower(),
+                transform.AttachGlobalSymbol(),
+            ]
+        )
+        return seq(mod)  # type: ignore[no-any-return]
+
+    return _pipeline
+
+
+def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
+    from tvm.s_tir import dlight as dl
+
+    with gpu_target:
+        return dl.ApplyDefaultSchedule(  # type: ignore[no-any-return]
+            dl.gpu.Matmul(),
+            dl.gpu.GEMV(),
+            dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback(),
+        )(mod)
+
+
+def compile(  # noqa: A001 - the name the API promises
+    relax_mod: tvm.IRModule,
+    targets: Mapping[str | int, TargetSpec] | None = None,
+    *,
+    target: TargetSpec | None = None,
+    cuda_arch: str | None = None,
+) -> Compiled:
+    """Compile a module from `to_relax`.
+
+    With virtual devices, every kernel is compiled for its device's target.
+    Without, the module is compiled for `target` (default: the `cpu` entry
+    of `targets`, i.e. llvm). Raises BridgeError when TVM fails.
+    """
+    timings: dict[str, float] = {}
+    vdevs = vdevices_of(relax_mod)
+    single = None
+    if not vdevs:
+        tmap = target_map(targets, cuda_arch=cuda_arch)
+        spec = target if target is not None else tmap["cpu"]
+        from .targets import tvm_target
+
+        single = tvm_target(spec, cuda_arch=cuda_arch)
+    try:
+        start = time.perf_counter()
+        mod = relax.transform.RealizeVDevice()(relax_mod) if vdevs else relax_mod
+        mod = relax.transform.LegalizeOps()(mod)
+        mod = bind_kernel_targets(mod)
+        timings["legalize_s"] = time.perf_counter() - start
+        gpu = [vd.target for vd in vdevs if _is_gpu(vd.target)]
+        if single is not None and _is_gpu(single):
+            gpu = [single]
+        if gpu:
+            start = time.perf_counter()
+            mod = _gpu_schedule(mod, gpu[0])
+            timings["schedule_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        pipeline = _multi_device_pipeline() if len(vdevs) > 1 else "default"
+        executable = tvm.compile(mod, target=single, relax_pipeline=pipeline)
+        timings["build_s"] = time.perf_counter() - start
+    except BridgeError:
+        raise
+    except Exception as exc:  # TVM's own errors: report the last line
+        lines = str(exc).strip().splitlines()
+        raise BridgeError(f"TVM failed to compile: {lines[-1] if lines else type(exc).__name__}") from exc
+    if single is not None:
+        kind = str(single.kind.name)
+        devices = [tvm.device("cpu" if kind in ("llvm", "c") else kind, 0)]
+    else:
+        devices = devices_for(relax_mod)
+    arch = None
+    for t in gpu:
+        if str(t.kind.name) == "cuda" and "arch" in t.attrs:
+            arch = str(t.attrs["arch"])
+    return Compiled(executable, devices, _input_devices(relax_mod), timings, arch)
+
+
+def _cuda_modules(executable: Any) -> list[Any]:
+    root = executable.mod if hasattr(executable, "mod") else executable
+    found, stack, seen = [], [root], set()
+    while stack:
+        mod = stack.pop()
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        if str(mod.kind) == "cuda":
+            found.append(mod)
+        stack.extend(mod.imports)
+    return found
+
+
+def nvcc_check(compiled: Compiled, arch: str | None = None) -> dict[str, float]:
+    """Compile the CUDA kernels of `compiled` with nvcc (cubin for `arch`,
+    default the target's) and return {"kernels_bytes", "nvcc_s"}.
+
+    Without a CUDA driver TVM keeps CUDA kernels as source inside the
+    executable (compiled when loaded on a GPU machine); this is how a
+    machine without a GPU checks that the toolkit accepts them.
+    """
+    from tvm.support import nvcc
+
+    start = time.perf_counter()
+    total = 0
+    for mod in _cuda_modules(compiled.executable):
+        code = mod.inspect_source()
+        if not code:
+            continue  # already a binary (a GPU machine compiled it)
+        target = tvm.target.Target({"kind": "cuda", "arch": arch or _cuda_arch(compiled)})
+        try:
+            with target:
+                total += len(nvcc.compile_cuda(code, target_format="cubin", compiler="nvcc"))
+        except Exception as exc:
+            lines = str(exc).strip().splitlines()
+            raise BridgeError(f"nvcc rejected the CUDA kernels: {lines[-1] if lines else exc}") from exc
+    return {"kernels_bytes": float(total), "nvcc_s": time.perf_counter() - start}
+
+
+def _cuda_arch(compiled: Compiled) -> str:
+    from .targets import DEFAULT_CUDA_ARCH
+
+    return compiled.cuda_arch or DEFAULT_CUDA_ARCH
+
+
+def export_library(compiled: Compiled | Any, path: str | os.PathLike[str]) -> str:
+    """Write the compiled module as a shared library; returns the path."""
+    executable = compiled.executable if isinstance(compiled, Compiled) else compiled
+    path = os.fspath(path)
+    executable.export_library(path)
+    return path
+
+
+def load_library(path: str | os.PathLike[str]) -> Any:
+    """Load a library written by `export_library` (give it to `run`)."""
+    return tvm.runtime.load_module(os.fspath(path))
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, (list, tuple)) or type(value).__name__ in ("Array", "Tuple"):
+        return tuple(_to_numpy(v) for v in value)
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return value
+
+
+def run(
+    lib_or_exec: Compiled | Any,
+    inputs: Sequence[np.ndarray],
+    devices: Sequence[Any] | None = None,
+    *,
+    input_devices: Sequence[int] | None = None,
+    func: str = "main",
+) -> Any:
+    """Run `func` on the Relax VM with the plan's devices; returns numpy
+    arrays (tuples for tuple results).
+
+    `devices` are the runtime devices in the module's `global_infos` order
+    (default: those of a `Compiled`); `input_devices[i]` is the index of the
+    device input i is placed on (default: from the function's parameters).
+    """
+    if isinstance(lib_or_exec, Compiled):
+        executable = lib_or_exec.executable
+        devices = list(devices) if devices is not None else lib_or_exec.devices
+        if input_devices is None:
+            input_devices = lib_or_exec.input_devices.get(func)
+    else:
+        executable = lib_or_exec
+    if not devices:
+        devices = [tvm.cpu(0)]
+    if input_devices is None:
+        input_devices = [0] * len(inputs)
+    vm = relax.VirtualMachine(executable, list(devices))
+    args = [tvm.runtime.tensor(np.asarray(x), devices[d]) for x, d in zip(inputs, input_devices)]
+    return _to_numpy(vm[func](*args))

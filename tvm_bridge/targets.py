@@ -1,0 +1,209 @@
+"""Compilation targets: Relay-era strings and JSON dicts to TVM 0.27 targets.
+
+TVM 0.27 only accepts the JSON-dict form (`{"kind": "cuda", "arch":
+"sm_90"}`) and rejects `"cuda -arch=sm_90"` or `"llvm -mcpu=skylake"`,
+which is what Relay users and our planned modules carry. Everything that
+names a target goes through `target_dict`, which accepts both forms (and
+`relay.device.Target` values) and returns a dict TVM accepts.
+
+Without a GPU, TVM picks `sm_50` for a bare `cuda` target and nvcc 13 no
+longer compiles for it; `DEFAULT_CUDA_ARCH` (environment variable
+`DEVPLAN_CUDA_ARCH`, default `sm_75`) fills in the arch when none is given
+and replaces archs the installed toolkit cannot build for.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from typing import Any, Union
+
+from relay.device import DEVICE_TYPE_CODES, Target as RelayTarget
+
+from .errors import TargetError
+
+log = logging.getLogger(__name__)
+
+TargetSpec = Union[str, Mapping[str, Any], RelayTarget]
+
+DEFAULT_CUDA_ARCH: str = os.environ.get("DEVPLAN_CUDA_ARCH", "sm_75")
+"""The CUDA arch used when a target names none (nvcc 13 supports sm_75 and newer)."""
+
+# Default target per device type name, before the default CUDA arch is applied.
+DEFAULT_TARGETS: dict[str, dict[str, Any]] = {
+    "cpu": {"kind": "llvm"},
+    "cuda": {"kind": "cuda"},
+}
+
+# Attributes TVM 0.19 filled in that carry no information for TVM 0.27.
+_DROPPED_ATTRS = {"keys", "tag"}
+
+
+@functools.lru_cache(maxsize=1)
+def supported_cuda_archs() -> tuple[int, ...]:
+    """The `sm_NN` numbers the installed nvcc can compile for; () without nvcc."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return ()
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", out)}))
+
+
+def _arch_number(arch: str) -> int | None:
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    return int(match.group(1)) if match else None
+
+
+@functools.lru_cache(maxsize=None)
+def _kind_options(kind: str) -> dict[str, str]:
+    import tvm
+
+    try:
+        return dict(tvm.target.TargetKind.options_from_name(kind))
+    except Exception as exc:  # TVM raises its own error types for unknown kinds
+        raise TargetError(f"unknown target kind {kind!r}") from exc
+
+
+def _convert_option(kind: str, name: str, text: str) -> Any:
+    """A `-name=text` option value typed as TVM's target kind declares it."""
+    declared = _kind_options(kind).get(name)
+    if declared is None:
+        raise TargetError(f"target kind {kind!r} has no option {name!r}")
+    if declared.startswith("Array"):
+        return [v for v in text.split(",") if v]
+    if declared == "int":
+        try:
+            return int(text)
+        except ValueError as exc:
+            raise TargetError(f"target option -{name} expects an integer, got {text!r}") from exc
+    if declared == "bool":
+        if text.lower() in ("1", "true"):
+            return True
+        if text.lower() in ("0", "false"):
+            return False
+        raise TargetError(f"target option -{name} expects a boolean, got {text!r}")
+    return text
+
+
+def _parse_string(text: str) -> dict[str, Any]:
+    words = text.split()
+    if not words:
+        raise TargetError("empty target string")
+    if words[0].startswith("{"):
+        import json
+
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise TargetError(f"malformed JSON target {text!r}") from exc
+        if not isinstance(value, dict):
+            raise TargetError(f"a JSON target must be an object, got {text!r}")
+        return value
+    kind = words[0]
+    out: dict[str, Any] = {"kind": kind}
+    for word in words[1:]:
+        if not word.startswith("-"):
+            raise TargetError(f"malformed target option {word!r} in {text!r}")
+        name, sep, value = word.lstrip("-").partition("=")
+        if not sep:  # a bare flag such as `-fast-math`
+            value = "true"
+        if name in _DROPPED_ATTRS:
+            continue
+        out[name] = _convert_option(kind, name, value)
+    return out
+
+
+def _from_relay_target(target: RelayTarget) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": target.kind}
+    for name, value in target.attrs:
+        if value is None or value == "" or value == [] or value == ():
+            continue
+        out[name] = list(value) if isinstance(value, tuple) else value
+    if target.host is not None and target.host.kind != target.kind:
+        out["host"] = _from_relay_target(target.host)
+    return out
+
+
+def target_dict(spec: TargetSpec, *, cuda_arch: str | None = None) -> dict[str, Any]:
+    """The TVM 0.27 JSON-dict form of a target given as a Relay-era string
+    (`"cuda -arch=sm_90"`), a dict, or a `relay.device.Target`.
+
+    CUDA targets get `cuda_arch` (default `DEFAULT_CUDA_ARCH`) when they name
+    no arch or one the installed nvcc cannot compile for, and an `llvm` host.
+    Raises TargetError for anything TVM would reject.
+    """
+    if isinstance(spec, RelayTarget):
+        out = _from_relay_target(spec)
+    elif isinstance(spec, str):
+        out = _parse_string(spec)
+    elif isinstance(spec, Mapping):
+        out = {k: v for k, v in spec.items() if k not in _DROPPED_ATTRS}
+        if not isinstance(out.get("kind"), str):
+            raise TargetError(f"a target dict needs a string 'kind', got {dict(spec)!r}")
+    else:
+        raise TargetError(f"not a target: {spec!r}")
+    kind = out["kind"]
+    if "host" in out and not isinstance(out["host"], dict):
+        out["host"] = target_dict(out["host"])
+    if kind == "cuda":
+        wanted = cuda_arch or DEFAULT_CUDA_ARCH
+        arch = out.get("arch")
+        supported = supported_cuda_archs()
+        number = _arch_number(arch) if isinstance(arch, str) else None
+        if arch is None:
+            out["arch"] = wanted
+        elif supported and (number is None or number not in supported):
+            log.warning("CUDA arch %s is not supported by the installed nvcc; using %s", arch, wanted)
+            out["arch"] = wanted
+        out.setdefault("host", {"kind": "llvm"})
+    validate_target(out)
+    return out
+
+
+def validate_target(spec: Mapping[str, Any]) -> None:
+    """Raise TargetError unless TVM accepts the dict as a target."""
+    import tvm
+
+    try:
+        tvm.target.Target(dict(spec))
+    except Exception as exc:  # TVM reports bad options as ValueError/TVMError
+        raise TargetError(f"TVM rejects target {dict(spec)!r}: {str(exc).splitlines()[0]}") from exc
+
+
+def tvm_target(spec: TargetSpec, *, cuda_arch: str | None = None) -> Any:
+    """A `tvm.target.Target` for any accepted target form."""
+    import tvm
+
+    return tvm.target.Target(target_dict(spec, cuda_arch=cuda_arch))
+
+
+def device_type_name(name_or_code: str | int) -> str:
+    """Normalise a device name or DLPack code to `cpu` / `cuda` / ..."""
+    from relay.device import DEVICE_TYPE_NAMES
+
+    if isinstance(name_or_code, int):
+        return DEVICE_TYPE_NAMES.get(name_or_code, str(name_or_code))
+    code = DEVICE_TYPE_CODES.get(name_or_code.lower())
+    if code is None:
+        raise TargetError(f"unknown device type {name_or_code!r}")
+    return DEVICE_TYPE_NAMES[code]
+
+
+def target_map(
+    targets: Mapping[str | int, TargetSpec] | None = None, *, cuda_arch: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Targets per device type name (`cpu`, `cuda`, ...): the defaults
+    (`cpu` -> llvm, `cuda` -> cuda with the default arch) overridden by
+    `targets`, whose keys may be device names (`gpu` = `cuda`) or codes."""
+    out = {name: target_dict(spec, cuda_arch=cuda_arch) for name, spec in DEFAULT_TARGETS.items()}
+    for key, spec in (targets or {}).items():
+        out[device_type_name(key)] = target_dict(spec, cuda_arch=cuda_arch)
+    return out
