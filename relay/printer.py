@@ -169,9 +169,11 @@ class _Printer:
                 case A.Match(data=data, clauses=clauses):
                     self._use(data, here)
                     self.inner[key] = [self._open(here, clause.rhs, node) for clause in clauses]
-                case A.Let():
+                case A.Let(value=value):
                     self.let_blocks.add(key)
-                    self.inner[key] = [self._open(here, node, node)]
+                    block = self._open(here, node, node)
+                    self.inner[key] = [block]
+                    self._use(value, block)
                 case _:
                     for kid in children(node):
                         self._use(kid, here)
@@ -310,8 +312,8 @@ class _Printer:
                     pattern = self._pattern(clause.lhs)
                     body = yield self._block(clause_scope)
                     out.append(f"  {pattern} => {{\n{_indent(body, 4)}\n  }},")
-                out.append("}")
-                return "\n".join(out)
+                out.append("})")
+                return "(" + "\n".join(out)
             case A.Let():
                 body_lines = yield self._block(self.inner[id(node)][0])
                 return "(\n" + _indent(body_lines) + "\n)"

@@ -40,13 +40,19 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 from typing import Any, Callable, NoReturn
 
 from . import ast as A
 from .device import VirtualDevice
 from .span import ParseError, SourceText, Span
 
-MAX_NESTING = 600
+MAX_NESTING = 1000
+# Each nesting level costs a few Python frames; Python-to-Python calls use no
+# C stack in 3.11, so a higher limit is safe.
+_RECURSION_LIMIT = 20 * MAX_NESTING
+if sys.getrecursionlimit() < _RECURSION_LIMIT:
+    sys.setrecursionlimit(_RECURSION_LIMIT)
 
 _TOKEN_RE = re.compile(
     r"""
@@ -142,7 +148,10 @@ class _Parser:
         self.pos = 0
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.graph: dict[int, A.Expr] = {}
-        self.scopes: list[dict[str, A.Var]] = [{}]
+        # Lexical scopes: a stack of bindings per name, and per open scope
+        # the names it bound (so lookups are O(1) however deep the nesting).
+        self.env: dict[str, list[A.Var]] = {}
+        self.frames: list[list[str]] = [[]]
         self.free_vars: dict[str, A.Var] = {}
         self.globals: dict[str, A.GlobalVar] = {}
         self.type_names: dict[str, A.GlobalTypeVar] = {}
@@ -241,6 +250,18 @@ class _Parser:
 
     def _leave(self) -> None:
         self.depth -= 1
+
+    def _push_scope(self) -> None:
+        self.frames.append([])
+
+    def _pop_scope(self) -> None:
+        env = self.env
+        for name in self.frames.pop():
+            env[name].pop()
+
+    def _bind(self, name: str, var: A.Var) -> None:
+        self.env.setdefault(name, []).append(var)
+        self.frames[-1].append(name)
 
     def _separated(self, close: str, item: Callable[[], Any], stop: Callable[[], bool] | None = None) -> list[Any]:
         """Items separated by commas up to `close` (consumed); trailing comma allowed."""
@@ -345,7 +366,7 @@ class _Parser:
     def _function_rest(self, start: int) -> A.Function:
         """Parse `[T](params, attrs) -> ret { body }` after `fn` / `def @name`."""
         self._enter()
-        self.scopes.append({})
+        self._push_scope()
         self.type_scopes.append({})
         try:
             type_params: list[A.TypeVar] = []
@@ -370,7 +391,7 @@ class _Parser:
             body = self._seq()
             self.expect("}", "`}` to close the function body")
         finally:
-            self.scopes.pop()
+            self._pop_scope()
             self.type_scopes.pop()
             self._leave()
         device = None
@@ -401,7 +422,7 @@ class _Parser:
             self.expect("}", "`}` to close the parameter attributes")
         type_annotation = self._type() if self.accept(":") else None
         var = A.Var(name, type_annotation, device, span=self._span_from(start))
-        self.scopes[-1][name] = var
+        self._bind(name, var)
         return var
 
     # ---------------------------------------------------------------- attributes
@@ -567,7 +588,7 @@ class _Parser:
         """Graph bindings, lets, free_var declarations and `;`-sequenced
         values, then one expression. Iterative in the number of bindings."""
         lets: list[tuple[A.Var, A.Expr, int]] = []
-        pushed = 0
+        self._push_scope()
         try:
             while True:
                 kind = self.peek()
@@ -589,8 +610,7 @@ class _Parser:
                     self.expect("=", "`=` in the let binding")
                     value = self._call()
                     self.expect(";", "`;` after the let binding")
-                    self.scopes.append({name: var})
-                    pushed += 1
+                    self._bind(name, var)
                     lets.append((var, value, start))
                     continue
                 if kind == "free_var":
@@ -609,7 +629,7 @@ class _Parser:
                 body = value
                 break
         finally:
-            del self.scopes[len(self.scopes) - pushed:]
+            self._pop_scope()
         for var, value, start in reversed(lets):
             body = A.Let(var, value, body, span=self._span_from(start))
         return body
@@ -620,11 +640,9 @@ class _Parser:
         if kind == "{":
             self.pos += 1
             self._enter()
-            self.scopes.append({})
             try:
                 inner = self._seq()
             finally:
-                self.scopes.pop()
                 self._leave()
             self.expect("}", "`}` to close the block")
             return inner
@@ -642,13 +660,13 @@ class _Parser:
 
     def _clause(self) -> A.Clause:
         start = self.pos
-        self.scopes.append({})
+        self._push_scope()
         try:
             pattern = self._pattern()
             self.expect("fatarrow", "`=>` after the pattern")
             rhs = self._seq()
         finally:
-            self.scopes.pop()
+            self._pop_scope()
         return A.Clause(pattern, rhs, span=self._span_from(start))
 
     def _pattern(self) -> A.Pattern:
@@ -664,7 +682,7 @@ class _Parser:
                 self.pos += 1
                 type_annotation = self._type() if self.accept(":") else None
                 var = A.Var(name, type_annotation, span=self._span_from(start))
-                self.scopes[-1][name] = var
+                self._bind(name, var)
                 return A.PatternVar(var, span=self._span_from(start))
             if kind == "ident":
                 name = self.values[start]
@@ -727,7 +745,7 @@ class _Parser:
             self.pos += 1
             found = self.graph.get(int(value[1:]))
             if found is None:
-                self._fail(f"graph variable {value} is used before it is defined")
+                self._fail(f"graph variable {value} is used before it is defined", start)
             expr = found
         elif kind == "global":
             self.pos += 1
@@ -764,6 +782,8 @@ class _Parser:
         elif kind == "fn":
             self.pos += 1
             expr = self._function_rest(start)
+        elif kind == "match" or kind == "pmatch":
+            expr = self._single()  # TVM only allows match at the head of a sequence; we also take it here
         elif kind == "if":
             self.pos += 1
             self._enter()
@@ -776,11 +796,7 @@ class _Parser:
                     if word == "else":
                         self.expect("else", "`else`")
                     self.expect("{", f"`{{` to open the {word} branch")
-                    self.scopes.append({})
-                    try:
-                        branches.append(self._seq())
-                    finally:
-                        self.scopes.pop()
+                    branches.append(self._seq())
                     self.expect("}", f"`}}` to close the {word} branch")
             finally:
                 self._leave()
@@ -832,10 +848,9 @@ class _Parser:
         return expr
 
     def _lookup_local(self, name: str, index: int) -> A.Var:
-        for scope in reversed(self.scopes):
-            var = scope.get(name)
-            if var is not None:
-                return var
+        bound = self.env.get(name)
+        if bound:
+            return bound[-1]
         var = self.free_vars.get(name)
         if var is None:
             self._fail(f"unbound variable %{name}", index)
