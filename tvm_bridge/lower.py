@@ -306,6 +306,8 @@ class _Lowerer:
         if not isinstance(ty, relax.TensorType):
             return value  # tuples carry their fields' devices
         have = ty.vdevice
+        if isinstance(value, tvm.ir.expr.Constant):
+            return self.bb.emit(relax.op.to_vdevice(value, vdev.vdevice))
         if have is None:
             dev = tvm.runtime.Device(vdev.device_type, vdev.device_id)
             return self.bb.emit(relax.op.hint_on_device(value, dev, vdev.memory_scope))
@@ -314,6 +316,30 @@ class _Lowerer:
         if copy:
             return self.copy_to(value, vdev)
         raise BridgeError(f"value is on {have} but the plan puts it on {vdev.vdevice}", span)
+
+    def colocate(self, args: list[relax.Expr], span: Span | None) -> list[relax.Expr]:
+        """Operator arguments of unknown device (constants, values computed
+        from constants only) put on the device of the other arguments."""
+        device = None
+        for arg in args:
+            vd = getattr(arg.ty, "vdevice", None)
+            if vd is not None:
+                device = self._info_of(vd)
+                break
+        if device is None:
+            return args
+        return [
+            self.place(a, device, span, copy=True)
+            if isinstance(a.ty, relax.TensorType) and a.ty.vdevice is None
+            else a
+            for a in args
+        ]
+
+    def _info_of(self, vd: Any) -> VDeviceInfo | None:
+        for info in self.vdevices.values():
+            if self._same(vd, info):
+                return info
+        return None
 
     def copy_to(self, value: relax.Expr, vdev: VDeviceInfo) -> relax.Expr:
         """`R.to_vdevice` of a tensor; a tuple is copied field by field."""
@@ -382,7 +408,8 @@ class _Lowerer:
         bb = self.bb
         match node:
             case Constant():
-                return bb.emit(relax.const(self.constant_data(node)))
+                # Left unbound: each use puts it on the device of that use.
+                return relax.const(self.constant_data(node))
             case Let(body=body):
                 return memo[id(body)]
             case Tuple(fields=fields):
@@ -449,6 +476,7 @@ class _Lowerer:
                 emitter = self.convert_map.get(name)
                 if emitter is None:
                     raise ops.UnsupportedOperator(name, node.span)
+                args = self.colocate(args, node.span)
                 ctx = ops.EmitContext(self.bb, name, node.span, node.attrs or ast.Attrs(), self.resolve_meta)
                 try:
                     expr = emitter(ctx, args)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from relay.ast import Attrs, MetaRef
@@ -305,7 +306,7 @@ def _pad_op(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
     value = 0.0
     if len(args) > 1:
         value_expr = args[1]
-        if isinstance(value_expr, relax.Constant):
+        if isinstance(value_expr, tvm.ir.expr.Constant):
             value = float(value_expr.data.numpy())
         else:
             raise ctx.error("a non-constant pad value is not supported")

@@ -178,3 +178,27 @@ def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
             value *= 1.0 / np.sqrt(max(1, int(np.prod(shape[1:]))))
         out.append(value)
     return out
+
+
+def copy_params_plan(module: ast.Module, src: VirtualDevice = CPU0, dst: VirtualDevice = CPU1) -> ast.Module:
+    """`@main` with its parameters on `src` and everything else on `dst`:
+    every use of a parameter goes through one `device_copy`."""
+    main = module["main"]
+    params = {id(p): ast.Var(p.name, p.type_annotation, src, span=p.span) for p in main.params}
+    copies = {k: ast.device_copy(v, src, dst) for k, v in params.items()}
+
+    def visit(original: ast.Expr, rebuilt: ast.Expr) -> ast.Expr:
+        if isinstance(original, ast.Var) and id(original) in copies:
+            return copies[id(original)]
+        return rebuilt
+
+    body = rewrite(main.body, visit)
+    func = ast.Function(tuple(params[id(p)] for p in main.params), body, main.ret_type, (), main.attrs, dst)
+    functions = tuple((gv, func if f is main else f) for gv, f in module.functions)
+    return ast.Module(functions, module.type_definitions, {"VirtualDevice": [src, dst]})
+
+
+def compile_and_run(module: ast.Module, inputs: list[np.ndarray]) -> Any:
+    import tvm_bridge
+
+    return tvm_bridge.run(tvm_bridge.compile(tvm_bridge.to_relax(module)), inputs)
