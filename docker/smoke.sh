@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# docker/smoke.sh: prove the devplan image works by building and running it with rootful podman.
+#
+# Steps (one line each, with timings): install podman/runc/debootstrap if missing; write podman's
+# configuration into a private work directory (CONTAINERS_CONF / CONTAINERS_STORAGE_CONF; nothing
+# system-wide is changed beyond installing packages); make a Debian bookworm base image with
+# debootstrap (cached between runs); build the image; run it on a loopback port; wait until healthy;
+# POST a /plan example and check the answer; check it runs as non-root; stop it and check it stopped
+# gracefully; clean up.
+#
+# Exit status: 0 when every step passed; 1 on any failure; 0 with a "SKIPPED: <reason>" line only when
+# the container tools cannot be installed at all (no root, no apt-get, packages unavailable).
+#
+# Environment (all optional):
+#   DEVPLAN_SMOKE_VARIANTS    image targets to build and run, in order      (default: "plan"; or "plan full")
+#   DEVPLAN_SMOKE_CACHE       where the base image tarball is cached        (default: ~/.cache/devplan-smoke)
+#   DEVPLAN_SMOKE_KEEP_STORAGE=1  keep podman's storage in the cache dir (layer cache: fast reruns)
+#   DEVPLAN_SMOKE_KEEP_WORK=1     do not delete the work directory (logs) at the end
+#   DEVPLAN_SMOKE_CA          CA bundle handed to the build as secret hostca (default: the system bundle)
+#   DEVPLAN_SMOKE_MIRROR      Debian mirror for debootstrap           (default: the one apt already uses)
+#   DEVPLAN_SMOKE_STOP_TIMEOUT  seconds podman waits after SIGTERM before SIGKILL (default: 30)
+
+set -Eeuo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VARIANTS=${DEVPLAN_SMOKE_VARIANTS:-plan}
+CACHE=${DEVPLAN_SMOKE_CACHE:-${HOME:-/root}/.cache/devplan-smoke}
+STOP_TIMEOUT=${DEVPLAN_SMOKE_STOP_TIMEOUT:-30}
+SUITE=bookworm
+BASE_PACKAGES=python3,python3-venv,python3-pip,ca-certificates
+TAG_SUFFIX=smoke-$$
+WORK=""
+CONTAINER=""
+VOLUME=""
+T_START=$(date +%s.%N)
+
+log() { printf '[smoke] %s\n' "$*"; }
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(date +%s.%N)"; }
+
+# step NAME COMMAND...: run COMMAND (errexit on, in a subshell) with its output in $WORK/NAME.log;
+# print one line "name ok time note", or "name FAILED time" with the log's tail, and exit 1.
+step() {
+    local name=$1; shift
+    local logf=$WORK/$name.log t0 rc
+    t0=$(date +%s.%N)
+    set +e
+    (set -Eeuo pipefail; "$@") >"$logf" 2>&1
+    rc=$?
+    set -e
+    if ((rc == 0)); then
+        log "$(printf '%-24s ok     %7s  %s' "$name" "$(elapsed "$t0")" "$STEP_NOTE")"
+        STEP_NOTE=""
+        return 0
+    fi
+    log "$(printf '%-24s FAILED %7s  %s' "$name" "$(elapsed "$t0")" "$STEP_NOTE")"
+    tail -n 40 "$logf" | sed 's/^/[smoke]   | /'
+    log "FAILED at step $name after $(elapsed "$T_START") (full log: $logf, kept)"
+    DEVPLAN_SMOKE_KEEP_WORK=1
+    exit 1
+}
+STEP_NOTE=""
+
+skip() { echo "SKIPPED: $*"; exit 0; }
+
+# --------------------------------------------------------------------------------------------------
+# Tools: rootful podman needs root; install what is missing from Debian's packages.
+[[ $(id -u) -eq 0 ]] || {
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then exec sudo -n -E "$0" "$@"; fi
+    skip "rootful podman needs root (or password-less sudo); running as uid $(id -u)"
+}
+command -v python3 >/dev/null || skip "python3 is needed on the host for the HTTP checks"
+
+missing=()
+for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || skip "${missing[*]} missing and no apt-get to install them"
+    t0=$(date +%s.%N)
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends podman runc debootstrap containernetworking-plugins iptables; } \
+            >/tmp/devplan-smoke-apt.log 2>&1; then
+        tail -n 20 /tmp/devplan-smoke-apt.log | sed 's/^/[smoke]   | /'
+        skip "could not install ${missing[*]} with apt-get (log: /tmp/devplan-smoke-apt.log)"
+    fi
+    log "$(printf '%-24s ok     %7s  %s' install-tools "$(elapsed "$t0")" "(installed ${missing[*]})")"
+else
+    log "$(printf '%-24s ok     %7s  %s' install-tools 0.0s "(already installed)")"
+fi
+for tool in podman runc debootstrap; do
+    command -v "$tool" >/dev/null || skip "$tool still not found after installing packages"
+done
+
+# --------------------------------------------------------------------------------------------------
+# Private podman configuration: runc (crun fails on this cgroup setup), cgroupfs, file events,
+# explicit ulimits (the defaults exceed what the sandbox allows), overlay storage in our directory.
+mkdir -p "$CACHE"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/devplan-smoke.XXXXXX")
+if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} == 1 ]]; then STORE=$CACHE/storage; else STORE=$WORK/storage; fi
+mkdir -p "$STORE" "$WORK/tmp" "$WORK/cni" "$WORK/libpod"
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n $CONTAINER ]]; then podman rm -f -t 0 "$CONTAINER" >/dev/null 2>&1; fi
+    if [[ -n $VOLUME ]]; then podman volume rm -f "$VOLUME" >/dev/null 2>&1; fi
+    if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} != 1 && -d $STORE ]]; then
+        podman rm -a -f -t 0 >/dev/null 2>&1
+        podman rmi -a -f >/dev/null 2>&1
+        # The overlay driver bind-mounts its home onto itself; undo every mount under $WORK.
+        findmnt -rn -o TARGET | grep -F "$WORK/" | sort -r | while read -r m; do umount -l "$m"; done
+    fi
+    if [[ ${DEVPLAN_SMOKE_KEEP_WORK:-0} == 1 ]]; then
+        log "work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+
+cat >"$WORK/containers.conf" <<EOF
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+
+[network]
+network_config_dir = "$WORK/cni"
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$WORK/events.log"
+tmp_dir = "$WORK/libpod"
+image_copy_tmp_dir = "$WORK/tmp"
+EOF
+cat >"$WORK/storage.conf" <<EOF
+[storage]
+driver = "overlay"
+runroot = "$STORE/run"
+graphroot = "$STORE/graph"
+EOF
+export CONTAINERS_CONF=$WORK/containers.conf CONTAINERS_STORAGE_CONF=$WORK/storage.conf TMPDIR=$WORK/tmp
+# Only now, with podman pointed at our storage, may cleanup remove containers and images.
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+check_podman() {
+    podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupManager}} {{.Store.GraphDriverName}}' \
+        | tee /dev/stderr | grep -q '^runc cgroupfs overlay$'
+}
+STEP_NOTE="(podman $(podman --version | awk '{print $3}'), storage: $STORE)"
+step podman-config check_podman
+
+# --------------------------------------------------------------------------------------------------
+# Base image: debootstrap --variant=minbase of bookworm from the mirror apt already uses; cached.
+detect_mirror() {
+    local uri
+    uri=$(
+        {
+            grep -hs -E '^\s*deb\s' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+                | awk -v s="$SUITE" '$0 !~ /\[/ && $3 == s {print $2} $0 ~ /\[/ {for (i=1;i<=NF;i++) if ($i == s) print $(i-1)}'
+            for f in /etc/apt/sources.list.d/*.sources; do
+                [[ -f $f ]] || continue
+                awk -v s="$SUITE" 'BEGIN{RS=""} {u=""; ok=0; n=split($0, L, "\n");
+                    for (i=1;i<=n;i++) { if (L[i] ~ /^URIs:/) { split(L[i], a, /[ \t]+/); u=a[2] }
+                                         if (L[i] ~ /^Suites:/) { m=split(L[i], b, /[ \t]+/);
+                                             for (j=2;j<=m;j++) if (b[j] == s) ok=1 } }
+                    if (ok && u != "") print u }' "$f"
+            done
+        } | grep -v -i security | head -n 1
+    )
+    echo "${DEVPLAN_SMOKE_MIRROR:-${uri:-http://deb.debian.org/debian}}"
+}
+MIRROR=$(detect_mirror)
+ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m)
+BASE_KEY=$(printf '%s|%s|%s|%s|%s|v1' "$SUITE" minbase "$BASE_PACKAGES" "$MIRROR" "$ARCH" | sha256sum | cut -c1-12)
+BASE_TAR=$CACHE/base-$SUITE-$BASE_KEY.tar
+BASE_IMAGE=localhost/devplan-base:$SUITE-$BASE_KEY
+
+make_base_tar() {
+    local root=$WORK/rootfs
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$root" "$MIRROR"
+    # Slim it the way Debian's -slim images are: no package caches, lists, docs, man pages,
+    # translations; and keep later apt installs (the full variant's g++) from adding them back.
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log \
+        "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/locale/*
+    find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+    cat >"$root/etc/dpkg/dpkg.cfg.d/90devplan-slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+EOF
+    tar --numeric-owner --xattrs -C "$root" -cf "$BASE_TAR.partial" .
+    mv "$BASE_TAR.partial" "$BASE_TAR"
+    rm -rf "$root"
+}
+if [[ -s $BASE_TAR ]]; then
+    log "$(printf '%-24s ok     %7s  %s' debootstrap-base 0.0s "(cached: $BASE_TAR)")"
+else
+    STEP_NOTE="($SUITE minbase from $MIRROR)"
+    step debootstrap-base make_base_tar
+fi
+import_base() {
+    podman import --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' "$BASE_TAR" "$BASE_IMAGE"
+    podman run --rm "$BASE_IMAGE" python3 -c 'import sys, venv, ensurepip; assert sys.version_info[:2] == (3, 11), sys.version'
+}
+if podman image exists "$BASE_IMAGE"; then
+    log "$(printf '%-24s ok     %7s  %s' import-base 0.0s "(in storage: $BASE_IMAGE)")"
+else
+    STEP_NOTE="($BASE_IMAGE)"
+    step import-base import_base
+fi
+
+# --------------------------------------------------------------------------------------------------
+# Per variant: build, run, healthy, plan, non-root, graceful stop.
+CA=${DEVPLAN_SMOKE_CA:-}
+if [[ -z $CA ]]; then
+    for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+        [[ -s $f ]] && { CA=$f; break; }
+    done
+fi
+SECRET_ARGS=()
+[[ -n $CA ]] && SECRET_ARGS=(--secret "id=hostca,src=$CA")
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+SUMMARY=()
+for variant in $VARIANTS; do
+    IMAGE=localhost/devplan:$variant-$TAG_SUFFIX
+    t_build=$(date +%s.%N)
+    STEP_NOTE="($IMAGE)"
+    step "build-$variant" podman build --format docker --file "$REPO/docker/Dockerfile" --target "$variant" \
+        --build-arg "BASE=$BASE_IMAGE" "${SECRET_ARGS[@]}" --tag "$IMAGE" "$REPO"
+    build_time=$(elapsed "$t_build")
+    size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
+    size_mb=$(python3 -c "print(f'{$size / 1e6:.0f} MB')")
+
+    check_image_config() {
+        local user hc stopsig
+        user=$(podman image inspect --format '{{.Config.User}}' "$IMAGE")
+        hc=$(podman image inspect --format '{{.Config.Healthcheck}}' "$IMAGE")
+        stopsig=$(podman image inspect --format '{{.Config.StopSignal}}' "$IMAGE")
+        echo "user=$user stopsignal=$stopsig healthcheck=$hc"
+        [[ -n $user && $user != root && $user != 0 && $user != 0:* ]] || { echo "image user is root"; return 1; }
+        [[ $hc == *healthz* ]] || { echo "HEALTHCHECK lost (build with --format docker)"; return 1; }
+        [[ $stopsig == SIGTERM || $stopsig == 15 ]] || { echo "unexpected STOPSIGNAL $stopsig"; return 1; }
+    }
+    STEP_NOTE="(size $size_mb)"
+    step "image-config-$variant" check_image_config
+
+    PORT=$(free_port)
+    CONTAINER=devplan-smoke-$variant-$$
+    VOLUME=devplan-smoke-artifacts-$$
+    run_container() {
+        podman volume create "$VOLUME"
+        podman run --detach --name "$CONTAINER" --publish "127.0.0.1:$PORT:8000" \
+            --volume "$VOLUME:/var/lib/devplan/artifacts" --stop-timeout "$STOP_TIMEOUT" \
+            --env DEVPLAN_LOG_LEVEL=info --memory 2g --cpus 2 "$IMAGE"
+    }
+    STEP_NOTE="(127.0.0.1:$PORT -> 8000)"
+    step "run-$variant" run_container
+
+    wait_healthy() {
+        local deadline=$((SECONDS + 120)) status
+        while ((SECONDS < deadline)); do
+            if podman healthcheck run "$CONTAINER"; then return 0; fi
+            status=$(podman inspect --format '{{.State.Status}}' "$CONTAINER")
+            [[ $status == running ]] || { echo "container is $status"; podman logs "$CONTAINER"; return 1; }
+            sleep 1
+        done
+        echo "not healthy after 120 s"; podman logs "$CONTAINER"; return 1
+    }
+    step "healthy-$variant" wait_healthy
+
+    STEP_NOTE=""
+    step "http-$variant" python3 "$REPO/docker/smoke_http.py" "http://127.0.0.1:$PORT" "$variant"
+
+    check_non_root() {
+        local pid procs
+        pid=$(podman inspect --format '{{.State.Pid}}' "$CONTAINER")
+        grep -E '^(Uid|Gid):' "/proc/$pid/status"
+        if awk '/^Uid:/ {exit !($2 == 0 || $3 == 0)}' "/proc/$pid/status"; then
+            echo "the server (host pid $pid) runs as root"; return 1
+        fi
+        # Every process of the container (the server and its planning pool), seen from the host.
+        procs=$(podman top "$CONTAINER" huser user pid args)
+        echo "$procs"
+        if tail -n +2 <<<"$procs" | awk '$1 == "root" || $2 == "root" {found=1} END {exit !found}'; then
+            echo "a process of the container runs as root"; return 1
+        fi
+    }
+    STEP_NOTE="(uid $(podman image inspect --format '{{.Config.User}}' "$IMAGE"))"
+    step "non-root-$variant" check_non_root
+
+    stop_gracefully() {
+        local t0 code oom stop_log=$WORK/stop-$variant.log took
+        t0=$(date +%s)
+        podman stop --time "$STOP_TIMEOUT" "$CONTAINER" 2>"$stop_log"
+        took=$(($(date +%s) - t0))
+        code=$(podman inspect --format '{{.State.ExitCode}}' "$CONTAINER")
+        oom=$(podman inspect --format '{{.State.OOMKilled}}' "$CONTAINER")
+        cat "$stop_log"
+        echo "exit code $code after ${took}s (timeout ${STOP_TIMEOUT}s), oom=$oom"
+        podman logs --tail 5 "$CONTAINER"
+        if grep -q -i sigkill "$stop_log"; then echo "podman resorted to SIGKILL"; return 1; fi
+        ((took < STOP_TIMEOUT)) || { echo "stop took the whole timeout"; return 1; }
+        # 0: the server returned after its shutdown; 143: it re-raised SIGTERM after a clean shutdown.
+        [[ $code == 0 || $code == 143 ]] || { echo "unexpected exit code $code"; return 1; }
+        echo "$code" >"$WORK/exit-$variant"
+    }
+    step "graceful-stop-$variant" stop_gracefully
+    podman rm -f -t 0 "$CONTAINER" >/dev/null 2>&1 || true
+    podman volume rm -f "$VOLUME" >/dev/null 2>&1 || true
+    CONTAINER=""; VOLUME=""
+    SUMMARY+=("$variant: image $size_mb, build $build_time, exit code $(cat "$WORK/exit-$variant")")
+    podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
+done
+
+for line in "${SUMMARY[@]}"; do log "summary $line"; done
+log "PASSED in $(elapsed "$T_START")"

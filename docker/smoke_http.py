@@ -1,0 +1,142 @@
+"""HTTP checks of a running devplan container, used by docker/smoke.sh (standard library only).
+
+Why a separate file: the host running the smoke test has python3 but not necessarily the project's
+venv, and the checks read JSON, which is clumsy in shell. Each check prints one line; the first
+failure raises SystemExit with a message, so the caller sees a non-zero exit status.
+
+Usage: python3 smoke_http.py BASE_URL VARIANT    (VARIANT: plan or full)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+EXAMPLE_MODULE = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) { exp(%x) }\n'
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def request(base: str, method: str, path: str, payload: Any = None, timeout: float = 60.0) -> Reply:
+    """Send one request; HTTP error statuses are answers too (not exceptions)."""
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return Reply(resp.status, resp.headers.get("Content-Type", ""), resp.read())
+    except urllib.error.HTTPError as err:
+        return Reply(err.code, err.headers.get("Content-Type", ""), err.read())
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise SystemExit(f"check failed: {message}")
+
+
+def check(name: str, fn: Any, *args: Any) -> Any:
+    """Run one check and print its line with the time it took."""
+    t0 = time.perf_counter()
+    result = fn(*args)
+    print(f"{name:<14} ok  {1000 * (time.perf_counter() - t0):8.1f} ms  {result if isinstance(result, str) else ''}")
+    return result
+
+
+def check_health(base: str) -> str:
+    reply = request(base, "GET", "/healthz")
+    expect(reply.status == 200, f"/healthz answered {reply.status}: {reply.body[:200]!r}")
+    reply = request(base, "GET", "/readyz")
+    expect(reply.status == 200, f"/readyz answered {reply.status}: {reply.body[:300]!r}")
+    return f"readyz: {reply.json()}"
+
+
+def check_plan(base: str) -> str:
+    """The example planned with the default device (cuda): everything on cuda, no copies."""
+    reply = request(base, "POST", "/plan", {"module": EXAMPLE_MODULE, "explain": True})
+    expect(reply.status == 200, f"/plan answered {reply.status}: {reply.body[:500]!r}")
+    body = reply.json()
+    expect(body.get("format") == "text", f"format is {body.get('format')!r}")
+    expect("exp(" in body["module"] and "@main" in body["module"], f"planned module lost exp/@main: {body['module']!r}")
+    types = {vd.get("device_type") for vd in body["virtual_devices"]}
+    expect("cuda" in types, f"no cuda device in the output table: {body['virtual_devices']}")
+    summary = body["summary"]
+    expect(summary["device_copies"] == [], f"unexpected copies: {summary['device_copies']}")
+    by_device = summary["expressions_by_device"]
+    expect(by_device and all("cuda" in dev for dev in by_device), f"expressions off cuda: {by_device}")
+    main = summary["functions"].get("main") or summary["functions"].get("@main")
+    expect(main is not None, f"no main in functions: {summary['functions']}")
+    expect("cuda" in main["result"], f"main's result not on cuda: {main}")
+    expect(all("cuda" in p["device"] for p in main["params"]), f"main's params not on cuda: {main}")
+    return f"devices {sorted(by_device)}, solver {body['solver']['classes']} classes"
+
+
+def check_problem(base: str) -> str:
+    """A malformed module is a 400 problem with a location, not a 500."""
+    reply = request(base, "POST", "/plan", {"module": "def @main( {"})
+    expect(reply.status == 400, f"malformed module answered {reply.status}: {reply.body[:300]!r}")
+    expect(reply.content_type.startswith("application/problem+json"), f"content type {reply.content_type!r}")
+    expect(bool(reply.json().get("locations")), f"no locations in {reply.json()}")
+    return "400 application/problem+json"
+
+
+def check_docs(base: str) -> str:
+    reply = request(base, "GET", "/docs")
+    expect(reply.status == 200, f"/docs answered {reply.status}")
+    return "swagger ui served"
+
+
+def check_version(base: str, variant: str) -> str:
+    reply = request(base, "GET", "/version")
+    expect(reply.status == 200, f"/version answered {reply.status}")
+    body = reply.json()
+    if variant == "full":
+        expect(bool(body.get("tvm")), f"full variant without TVM: {body}")
+    else:
+        expect(body.get("tvm") is None, f"plan variant should not carry TVM: {body}")
+    return f"{body}"
+
+
+def check_compile(base: str) -> str:
+    """Full variant: /compile for llvm, when the service has the route (issue 5)."""
+    spec = request(base, "GET", "/openapi.json").json()
+    if "/compile" not in spec.get("paths", {}):
+        return "route /compile not in this build (skipped)"
+    payload = {"module": EXAMPLE_MODULE, "default_device": "cpu", "targets": {"cpu": "llvm"}}
+    reply = request(base, "POST", "/compile", payload, timeout=300)
+    expect(reply.status == 200, f"/compile answered {reply.status}: {reply.body[:500]!r}")
+    body = reply.json()
+    art = request(base, "GET", body["download"], timeout=60)
+    expect(art.status == 200 and len(art.body) == body["size_bytes"], f"artifact download {art.status}")
+    return f"artifact {body['artifact_id']} {body['size_bytes']} bytes"
+
+
+def main(argv: list[str]) -> int:
+    base, variant = argv[0].rstrip("/"), argv[1]
+    check("health", check_health, base)
+    check("plan", check_plan, base)
+    check("problem", check_problem, base)
+    check("docs", check_docs, base)
+    check("version", check_version, base, variant)
+    if variant == "full":
+        check("compile", check_compile, base)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
