@@ -54,26 +54,29 @@ _RECURSION_LIMIT = 20 * MAX_NESTING
 if sys.getrecursionlimit() < _RECURSION_LIMIT:
     sys.setrecursionlimit(_RECURSION_LIMIT)
 
+# Whitespace and comments are skipped inside the token pattern itself, so
+# every match is one real token (the lexer loop runs once per token).
 _TOKEN_RE = re.compile(
     r"""
-    (?P<ws>\s+)
-  | (?P<lcomment>//[^\n]*)
-  | (?P<bcomment>/\*[\s\S]*?\*/)
-  | (?P<badcomment>/\*)
-  | (?P<version>\#\[version\s*=\s*"[^"\n]*"\])
-  | (?P<meta>meta\s*\[\s*[A-Za-z_][\w.]*\s*\]\s*\[\s*\d+\s*\])
-  | (?P<local>%[A-Za-z0-9_]+)
-  | (?P<global>@[A-Za-z0-9_][\w.]*)
-  | (?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?:f16|f32|f64|f)?|-?\d+(?:f16|f32|f64|f)|-?inff|nanf)
-  | (?P<int>-?\d+(?:i8|i16|i32|i64|u8|u16|u32|u64)?)
-  | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<badstring>")
-  | (?P<pmatch>match\?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
-  | (?P<arrow>->)
-  | (?P<fatarrow>=>)
-  | (?P<punct>[()\[\]{},;:=.?])
-  | (?P<error>.)
+    (?:\s+|//[^\n]*|/\*[\s\S]*?\*/)*
+    (?:
+      (?P<badcomment>/\*)
+    | (?P<version>\#\[version\s*=\s*"[^"\n]*"\])
+    | (?P<meta>meta\s*\[\s*[A-Za-z_][\w.]*\s*\]\s*\[\s*\d+\s*\])
+    | (?P<local>%[A-Za-z0-9_]+)
+    | (?P<global>@[A-Za-z0-9_][\w.]*)
+    | (?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?:f16|f32|f64|f)?|-?\d+(?:f16|f32|f64|f)|-?inff|nanf)
+    | (?P<int>-?\d+(?:i8|i16|i32|i64|u8|u16|u32|u64)?)
+    | (?P<string>"(?:[^"\\\n]|\\.)*")
+    | (?P<badstring>")
+    | (?P<pmatch>match\?)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+    | (?P<arrow>->)
+    | (?P<fatarrow>=>)
+    | (?P<punct>[()\[\]{},;:=.?])
+    | (?P<end>\Z)
+    | (?P<error>.)
+    )
     """,
     re.VERBOSE,
 )
@@ -164,31 +167,33 @@ class _Parser:
 
     def _tokenize(self) -> None:
         kinds, values, starts = self.kinds, self.values, self.starts
-        text = self.text
-        for m in _TOKEN_RE.finditer(text):
-            kind = m.lastgroup
-            if kind == "ws" or kind == "lcomment" or kind == "bcomment":
-                continue
-            value = m.group()
+        keywords = _KEYWORDS
+        for m in _TOKEN_RE.finditer(self.text):
+            group = m.lastgroup
+            if group == "end":
+                break
+            kind = group
+            value = m.group(group)
             if kind == "ident":
-                if value in _KEYWORDS:
+                if value in keywords:
                     kind = value
             elif kind == "punct":
                 kind = value
-            elif kind == "local" and value[1:].isdigit():
-                kind = "graph"
+            elif kind == "local":
+                if value[1:].isdigit():
+                    kind = "graph"
             elif kind == "badcomment":
-                self._fail_at(m.start(), "unterminated /* comment")
+                self._fail_at(m.start(group), "unterminated /* comment")
             elif kind == "badstring":
-                self._fail_at(m.start(), "unterminated string literal")
+                self._fail_at(m.start(group), "unterminated string literal")
             elif kind == "error":
-                self._fail_at(m.start(), f"unexpected character {value!r}")
-            kinds.append(kind)
+                self._fail_at(m.start(group), f"unexpected character {value!r}")
+            kinds.append(kind)  # type: ignore[arg-type]
             values.append(value)
-            starts.append(m.start())
+            starts.append(m.start(group))
         kinds.append(EOF)
         values.append("")
-        starts.append(len(text))
+        starts.append(len(self.text))
 
     # ---------------------------------------------------------------- positions
 
