@@ -50,6 +50,7 @@ OPERATOR_SIGNATURES: dict[str, tuple[Any, ...]] = {
     "vm.invoke_tvm_op": ("free", "same", "same", "same"),
     "vm.reshape_tensor": ("same", "host", "same"),
 }
+_SPECIAL_OPS = frozenset({"on_device", "device_copy", *OPERATOR_SIGNATURES})
 _HOST_KINDS = {"memory.alloc_storage", "memory.alloc_tensor", "vm.shape_of", "vm.reshape_tensor"}
 
 
@@ -80,7 +81,9 @@ class Collector:
         self.host = host
         self._host_cid = domains.tag("host operator", None, "the host device")
         domains.pin(self.host_elem, host, self._host_cid)
-        self.doms: dict[Any, Domain] = {}
+        self.doms: dict[int, Domain] = {}
+        self.global_doms: dict[str, Domain] = {}
+        self._keep: list[Expr] = []
         self.callee: dict[int, Domain] = {}
         self.annotation_kinds = annotation_kinds
         self.hard_count = 0
@@ -90,16 +93,19 @@ class Collector:
     # ---- domains of expressions
 
     def dom(self, expr: Expr) -> Domain:
-        key: Any = ("g", expr.name) if isinstance(expr, GlobalVar) else id(expr)
-        d = self.doms.get(key)
-        if d is None:
-            if isinstance(expr, GlobalVar):
-                shape = self.shapes.globals.get(expr.name)
-            elif isinstance(expr, Var):
-                shape = self.shapes.var.get(id(expr)) or type_shape(expr.type_annotation)
-            else:
-                shape = self.shapes.of(expr)
-            d = self.doms[key] = self.ds.free(shape)
+        d = self.doms.get(id(expr))
+        if d is not None:
+            return d
+        if isinstance(expr, GlobalVar):
+            d = self.global_doms.get(expr.name)
+            if d is None:
+                d = self.global_doms[expr.name] = self.ds.free(self.shapes.globals.get(expr.name))
+            self._keep.append(expr)
+        elif isinstance(expr, Var):
+            d = self.ds.free(self.shapes.var.get(id(expr)) or type_shape(expr.type_annotation))
+        else:
+            d = self.ds.free(self.shapes.expr.get(id(expr)))
+        self.doms[id(expr)] = d
         return d
 
     def _tag(self, kind: str, expr: Expr | None, detail: str = "") -> int:
@@ -119,7 +125,7 @@ class Collector:
         op = call.op
         args = call.args
         if isinstance(op, Op):
-            od = on_device_props(call)
+            od = on_device_props(call) if op.name == "on_device" else None
             if od is not None:
                 cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
                 shape = self.shapes.of(args[0])
@@ -127,7 +133,7 @@ class Collector:
                 body = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_body and not vd.is_fully_unconstrained else ds.free(shape)
                 res = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_result and not vd.is_fully_unconstrained else ds.free(shape)
                 return (body, res)
-            dc = device_copy_props(call)
+            dc = device_copy_props(call) if op.name == "device_copy" else None
             if dc is not None:
                 cid = self._tag("copy", call)
                 shape = self.shapes.of(args[0])
@@ -153,8 +159,11 @@ class Collector:
                         else:
                             slots.append(ds.free(self.shapes.of(call)))
                 return tuple(slots)
-            shared = ds.new()
-            return tuple(shared for _ in range(len(args) + 1))
+            # Device-polymorphic operator: arguments and result share the call's domain.
+            shared = self.dom(call)
+            if not isinstance(shared, int):
+                shared = ds.new()
+            return (shared,) * (len(args) + 1)
         if isinstance(op, Constructor):
             cid = self._tag("constructor", call, op.name)
             result = ds.new()
@@ -208,14 +217,29 @@ class Collector:
 
     def _call(self, call: Call) -> None:
         cd = self.callee_domain(call)
+        op = call.op
+        if type(op) is Op and type(cd[-1]) is int and op.name not in _SPECIAL_OPS:  # type: ignore[index]
+            cid = self._tag("operator", call, op.name)
+            shared: int = cd[-1]  # type: ignore[index, assignment]
+            ds = self.ds
+            for a in call.args:
+                d = self.dom(a)
+                if type(d) is int:
+                    ds.union(shared, d, cid)
+                else:
+                    ds.collapse(shared, d, cid)
+            d = self.dom(call)
+            if d != shared:
+                ds.unify(shared, d, cid)
+            return
         implied = tuple(self.dom(a) for a in call.args) + (self.dom(call),)
-        if isinstance(call.op, Op):
-            od = on_device_props(call)
-            if od is not None:
+        op = call.op
+        if isinstance(op, Op):
+            if op.name == "on_device":
                 kind = self.annotation_kinds.get(id(call), "annotation")
-            elif device_copy_props(call) is not None:
+            elif op.name == "device_copy":
                 kind = "copy"
-            elif call.op.name in _HOST_KINDS:
+            elif op.name in _HOST_KINDS:
                 kind = "host operator"
             else:
                 kind = "operator"
@@ -327,7 +351,7 @@ class Collector:
                     if id(kid) not in seen:
                         stack.append((kid, False))
             for node in order:
-                if isinstance(node, Call):
+                if type(node) is Call and type(node.op) is Op and node.op.name == "on_device":
                     od = on_device_props(node)
                     if od is not None and not od.constrain_body and not od.constrain_result:
                         cid = self.ds.tag("free on_device", node, hard=False)

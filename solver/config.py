@@ -184,6 +184,20 @@ def _host_target(table: Sequence[Any]) -> Target | None:
     return None
 
 
+def _tvm_complete(target: Target | None) -> Target | None:
+    """TVM 0.19 gives every `llvm` target an (empty) `mtriple` attribute; a
+    target we create must compare equal to the ones TVM wrote."""
+    if target is None:
+        return None
+    host = _tvm_complete(target.host)
+    attrs = target.attrs
+    if target.kind == "llvm" and "mtriple" not in target.attr_dict:
+        attrs = (("mtriple", ""), *attrs)
+    if host is target.host and attrs is target.attrs:
+        return target
+    return Target(target.kind, target.keys, attrs, host, target.tag)
+
+
 def complete_spec(spec: DeviceSpec, table: Sequence[Any] = ()) -> VirtualDevice:
     """The full virtual device a spec names when no table entry agrees with it."""
     if isinstance(spec, VirtualDevice):
@@ -206,7 +220,7 @@ def complete_spec(spec: DeviceSpec, table: Sequence[Any] = ()) -> VirtualDevice:
         else:
             target = parse_target(kind)
     vid = part.virtual_device_id if part.virtual_device_id is not None else 0
-    return VirtualDevice(part.device_type, vid, target, part.memory_scope)
+    return VirtualDevice(part.device_type, vid, _tvm_complete(target), part.memory_scope)
 
 
 def resolve_device(spec: DeviceSpec, table: Sequence[Any] = ()) -> tuple[VirtualDevice, int, list[Any]]:

@@ -10,8 +10,7 @@ a conflict can be explained from the log (see `explain.py`).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 from relay.ast import Expr
 from relay.device import Target, VirtualDevice
@@ -23,8 +22,7 @@ Domain = Union[int, tuple["Domain", ...]]
 _FREE = VirtualDevice.unconstrained()
 
 
-@dataclass(frozen=True, slots=True)
-class ConstraintTag:
+class ConstraintTag(NamedTuple):
     """Where a constraint came from: its kind, expression and a short detail."""
 
     kind: str
@@ -58,8 +56,11 @@ class DomainSystem:
         self.edge_c = array("i")
         self.pins: list[tuple[int, VirtualDevice, int]] = []
         self._canon: dict[VirtualDevice, VirtualDevice] = {}
+        self._canon_id: dict[int, VirtualDevice] = {}
         self._undo: list[tuple[int, int, VirtualDevice]] | None = None
         self.logging = True
+        self._default_memo: dict[tuple[int, int], VirtualDevice] = {}
+        self._keep: list[Any] = []
 
     # ---- elements and classes
 
@@ -84,8 +85,13 @@ class DomainSystem:
     def canonical(self, vd: VirtualDevice) -> VirtualDevice:
         """TVM's canonical form: a device type implies the configured target,
         a target implies its device type."""
+        found = self._canon_id.get(id(vd))
+        if found is not None:
+            return found
         found = self._canon.get(vd)
         if found is not None:
+            self._canon_id[id(vd)] = found
+            self._keep.append(vd)
             return found
         out = vd
         if out.target is None and out.device_type is not None:
@@ -95,6 +101,8 @@ class DomainSystem:
         elif out.device_type is None and out.target is not None and out.target.device_type is not None:
             out = VirtualDevice(out.target.device_type, out.virtual_device_id, out.target, out.memory_scope)
         self._canon[vd] = out
+        self._canon_id[id(vd)] = out
+        self._keep.append(vd)
         return out
 
     def tag(self, kind: str, expr: Expr | None, detail: str = "", hard: bool = True) -> int:
@@ -116,9 +124,9 @@ class DomainSystem:
         if ra == rb:
             return
         va, vb = self.vd[ra], self.vd[rb]
-        if vb is _FREE or vb.is_fully_unconstrained:
+        if vb is va or vb is _FREE or _is_free(vb):
             joined = va
-        elif va is _FREE or va.is_fully_unconstrained:
+        elif va is _FREE or _is_free(va):
             joined = vb
         else:
             j = va.join(vb)
@@ -136,9 +144,9 @@ class DomainSystem:
             self.pins.append((a, device, cid))
         r = self.find(a)
         cur = self.vd[r]
-        if device.is_fully_unconstrained:
+        if _is_free(device) or cur is device:
             return
-        if cur.is_fully_unconstrained:
+        if _is_free(cur):
             self._set(r, r, device)
             return
         j = cur.join(device)
@@ -244,17 +252,35 @@ class DomainSystem:
         """Fill the unconstrained fields of every class in `d` from `default`."""
         if default.is_fully_unconstrained:
             return
+        dt, vid, tg, sc = default.device_type, default.virtual_device_id, default.target, default.memory_scope
+        memo = self._default_memo
         stack = [d]
         while stack:
             x = stack.pop()
-            if isinstance(x, tuple):
+            if type(x) is tuple:
                 stack.extend(reversed(x))
                 continue
-            r = self.find(x)
+            r = self.find(x)  # type: ignore[arg-type]
             cur = self.vd[r]
-            filled = self.canonical(cur.default_from(default))
-            if filled != cur:
+            if cur is default:
+                continue
+            if not (
+                (cur.device_type is None and dt is not None)
+                or (cur.virtual_device_id is None and vid is not None)
+                or (cur.target is None and tg is not None)
+                or (cur.memory_scope is None and sc is not None)
+            ):
+                continue
+            key = (id(cur), id(default))
+            filled = memo.get(key)
+            if filled is None:
+                filled = self.canonical(cur.default_from(default))
+                memo[key] = filled
+                self._keep.append((cur, default))
+            if self.logging:
                 self.pin(r, filled, cid)
+            else:
+                self._set(r, r, filled)
 
     def set_result_default_then_params(self, d: Domain, default: VirtualDevice, cid: int) -> None:
         if isinstance(d, int):
@@ -265,6 +291,10 @@ class DomainSystem:
 
     def classes(self) -> list[int]:
         return [i for i, p in enumerate(self.parent) if p == i]
+
+
+def _is_free(vd: VirtualDevice) -> bool:
+    return vd.device_type is None and vd.virtual_device_id is None and vd.target is None and vd.memory_scope is None
 
 
 def _pairs(a: Domain, b: Domain) -> list[tuple[int, int]]:

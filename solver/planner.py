@@ -8,6 +8,7 @@ the lexicographic optimum) -> Z3 model of record -> rewrite (section 5).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 from collections import Counter
@@ -28,7 +29,7 @@ from relay.ast import (
 )
 from relay.device import Target, VirtualDevice
 from relay.span import Span
-from relay.traverse import post_order, rewrite
+from relay.traverse import children, post_order, rewrite
 
 from .collect import Collector, is_optimizable
 from .config import PlanConfig, complete_spec, resolve_device, spec_text
@@ -154,6 +155,53 @@ def _targets(table: list[Any], default: VirtualDevice, host: VirtualDevice) -> d
     return targets
 
 
+@dataclass
+class _Features:
+    """What a module contains that makes optional steps necessary."""
+
+    meta_refs: bool = False
+    annotations: bool = False  # on_device or device_copy calls
+    free_on_device: bool = False
+
+
+def _scan(functions: list[tuple[GlobalVar, Function]]) -> _Features:
+    feats = _Features()
+    seen: set[int] = set()
+    for _, func in functions:
+        stack: list[Expr] = [func]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            t = type(node)
+            if t is Call:
+                op = node.op  # type: ignore[attr-defined]
+                if type(op) is Op and op.name in ("on_device", "device_copy"):
+                    feats.annotations = True
+                    attrs = node.attrs  # type: ignore[attr-defined]
+                    if op.name == "on_device" and attrs is not None:
+                        if not attrs.get("constrain_body", True) and not attrs.get("constrain_result", False):
+                            feats.free_on_device = True
+                attrs = node.attrs  # type: ignore[attr-defined]
+                if attrs is not None and any(isinstance(v, MetaRef) for _, v in attrs.fields):
+                    feats.meta_refs = True
+                stack.append(op)
+                stack.extend(node.args)  # type: ignore[attr-defined]
+                continue
+            if t is Var:
+                if isinstance(node.virtual_device, MetaRef):  # type: ignore[attr-defined]
+                    feats.meta_refs = True
+                continue
+            if t is Function:
+                if isinstance(node.virtual_device, MetaRef) or any(  # type: ignore[attr-defined]
+                    isinstance(p.virtual_device, MetaRef) for p in node.params  # type: ignore[attr-defined]
+                ):
+                    feats.meta_refs = True
+            stack.extend(children(node))
+    return feats
+
+
 # ---------------------------------------------------------------------------
 # Request-level constraints
 
@@ -270,7 +318,18 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
     Raises PlanningConflict (with a minimal explanation), SolverTimeout, or
     PlanConfigError (bad spec or selector).
     """
-    config = config or PlanConfig()
+    # The planner allocates millions of long-lived small objects on big
+    # modules; the cyclic collector would rescan them over and over.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan(module, config or PlanConfig())
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan(module: Module, config: PlanConfig) -> PlanResult:
     times: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -279,20 +338,25 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
     default, _, table = resolve_device(config.default_device, table)
     host, _, table = resolve_device(config.host_device, table)
     pins, table = _parse_constraints(config, table)
-    functions = _resolve_meta_refs(list(module.functions), table)
+    functions = list(module.functions)
+    feats = _scan(functions)
+    if feats.meta_refs:
+        functions = _resolve_meta_refs(functions, table)
     targets = _targets(table, default, host)
     ds = DomainSystem(targets)
     canonical = ds.canonical
 
-    # Normalisation (section 3, before collection).
-    functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
-    try:
-        optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
-        rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
-    except InputConflictCrash as err:
-        raise _crash_conflict(err) from None
-    replaced = dict((gv.name, f) for gv, f in rewritten)
-    functions = [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
+    # Normalisation (section 3, before collection). Without annotations
+    # both steps are the identity, so they are skipped.
+    if feats.annotations:
+        functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
+        try:
+            optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
+            rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
+        except InputConflictCrash as err:
+            raise _crash_conflict(err) from None
+        replaced = dict((gv.name, f) for gv, f in rewritten)
+        functions = [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
     functions, annotation_kinds = _apply_op_pins(functions, pins)
     request_pins = _find_pins(functions, pins)
 
@@ -313,7 +377,8 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
     ds.logging = False
     hard_roots = ds.classes()
     hard = {r: ds.vd[r] for r in hard_roots}
-    collector.unify_free_on_devices()
+    if feats.free_on_device or any(p.kind == "op" for p in pins):
+        collector.unify_free_on_devices()
     collector.apply_defaults()
     final_root = {r: ds.find(r) for r in hard_roots}
     final = {r: ds.vd[r] for r in set(final_root.values())}
@@ -373,5 +438,5 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
         stats=stats,
         copies=rewriter.copies,
         functions=summary,
-        expressions_by_device=dict(rewriter.by_device),
+        expressions_by_device=rewriter.expressions_by_device(),
     )

@@ -37,7 +37,7 @@ from relay.device import VirtualDevice
 from relay.span import Span
 from relay.traverse import children
 
-from .collect import Collector
+from .collect import _SPECIAL_OPS, Collector
 from .domains import Domain
 from .normalize import maybe_on_device
 
@@ -54,26 +54,49 @@ class Rewriter:
         self.params: dict[int, Var] = {}
         self.copies: list[tuple[Span | None, VirtualDevice, VirtualDevice]] = []
         self.used: dict[VirtualDevice, None] = {}
-        self.by_device: Counter[str] = Counter()
+        self._used_ids: set[int] = set()
+        self._counts: dict[int, list[Any]] = {}
+        self._dev: dict[int, VirtualDevice] = {}
 
     # ---- devices
 
     def _result(self, d: Domain) -> VirtualDevice:
         while isinstance(d, tuple):
             d = d[-1]
-        vd = self.device_of(d)
-        if vd.is_fully_unconstrained:
+        vd = self.device_of(d)  # type: ignore[arg-type]
+        if vd.device_type is None and vd.target is None and vd.virtual_device_id is None and vd.memory_scope is None:
             vd = self.c.default
         return vd
 
     def dev(self, expr: Expr) -> VirtualDevice:
         """TVM's GetVirtualDevice: looks through one `on_device`."""
-        props = on_device_props(expr)
-        true_expr = props.body if props is not None else expr
-        return self._result(self.c.dom(true_expr))
+        found = self._dev.get(id(expr))
+        if found is not None:
+            return found
+        key = id(expr)
+        if type(expr) is Call and type(expr.op) is Op and expr.op.name == "on_device" and len(expr.args) == 1:
+            expr = expr.args[0]
+        vd = self._dev[key] = self._result(self.c.dom(expr))
+        return vd
+
+    def _count(self, vd: VirtualDevice) -> None:
+        counts = self._counts
+        key = id(vd)
+        if key in counts:
+            counts[key][1] += 1
+        else:
+            counts[key] = [vd, 1]
+
+    def expressions_by_device(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for vd, n in self._counts.values():
+            out[str(vd)] += n
+        return dict(out)
 
     def _use(self, vd: VirtualDevice) -> VirtualDevice:
-        self.used[vd] = None
+        if id(vd) not in self._used_ids:
+            self._used_ids.add(id(vd))
+            self.used[vd] = None
         return vd
 
     # ---- wrapping
@@ -82,11 +105,11 @@ class Rewriter:
         if isinstance(child, (Op, Constructor)):
             return child
         result = self.memo[id(child)]
-        if child_vd != expected:
+        if child_vd is not expected and child_vd != expected:
             result = maybe_on_device(result, self._use(child_vd))
             result = device_copy(result, child_vd, self._use(expected), span=result.span)
             self.copies.append((child.span, child_vd, expected))
-        if expected != lexical:
+        if expected is not lexical and expected != lexical:
             result = maybe_on_device(result, self._use(expected))
         return result
 
@@ -143,7 +166,7 @@ class Rewriter:
                     return node
                 fd = self.c.dom(node)
                 result_vd = self._use(self._result(fd))
-                self.by_device[str(result_vd)] += 1
+                self._count(result_vd)
                 body = self.child(result_vd, result_vd, self.dev(node.body), node.body)
                 params = tuple(self.params[id(p)] for p in node.params)
                 return dataclasses.replace(node, params=params, body=body, virtual_device=result_vd)
@@ -151,18 +174,20 @@ class Rewriter:
                 return self._call(node)
             case Let(var=var, value=value, body=body):
                 let_vd = self.dev(node)
-                self.by_device[str(let_vd)] += 1
+                self._count(let_vd)
                 var_vd = self._result(self.c.dom(var))
                 new_value = self.child(_FREE, var_vd, self.dev(value), value)
                 new_body = self.child(let_vd, let_vd, self.dev(body), body)
-                return dataclasses.replace(node, value=new_value, body=new_body)
+                if new_value is value and new_body is body:
+                    return node
+                return Let(var, new_value, new_body, span=node.span, checked_type=node.checked_type)
             case Match(data=data, clauses=clauses):
-                self.by_device[str(self.dev(node))] += 1
+                self._count(self.dev(node))
                 new_data = self.child_of(node, data)
                 new_clauses = tuple(Clause(c.lhs, self.child_of(node, c.rhs), span=c.span) for c in clauses)
                 return dataclasses.replace(node, data=new_data, clauses=new_clauses)
             case If() | Tuple() | TupleGetItem() | RefCreate() | RefRead() | RefWrite():
-                self.by_device[str(self.dev(node))] += 1
+                self._count(self.dev(node))
                 kids = children(node)
                 from relay.traverse import with_children
 
@@ -171,11 +196,12 @@ class Rewriter:
         raise TypeError(f"cannot rewrite {type(node).__name__}")
 
     def _call(self, call: Call) -> Expr:
-        od = on_device_props(call)
-        if od is not None:
-            return self.memo[id(od.body)]
-        self.by_device[str(self.dev(call))] += 1
-        dc = device_copy_props(call)
+        name = call.op.name if type(call.op) is Op else None
+        if name == "on_device" and len(call.args) == 1:
+            return self.memo[id(call.args[0])]
+        call_vd = self.dev(call)
+        self._count(call_vd)
+        dc = device_copy_props(call) if name == "device_copy" else None
         if dc is not None:
             ds = self.c.ds
             src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else _FREE
@@ -183,7 +209,6 @@ class Rewriter:
             if src == dst:
                 return self.memo[id(dc.body)]
             return self.child(dst, dst, src, dc.body)
-        call_vd = self.dev(call)
         cd = self.c.callee_domain(call)
         n = len(call.args)
         if isinstance(cd, tuple) and len(cd) == n + 1:
