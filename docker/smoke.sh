@@ -32,6 +32,7 @@ TAG_SUFFIX=smoke-$$
 WORK=""
 CONTAINER=""
 VOLUME=""
+IMAGE=""
 T_START=$(date +%s.%N)
 
 log() { printf '[smoke] %s\n' "$*"; }
@@ -102,6 +103,7 @@ cleanup() {
     set +e
     if [[ -n $CONTAINER ]]; then podman rm -f -t 0 "$CONTAINER" >/dev/null 2>&1; fi
     if [[ -n $VOLUME ]]; then podman volume rm -f "$VOLUME" >/dev/null 2>&1; fi
+    if [[ -n $IMAGE ]]; then podman rmi -f "$IMAGE" >/dev/null 2>&1; fi
     if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} != 1 && -d $STORE ]]; then
         podman rm -a -f -t 0 >/dev/null 2>&1
         podman rmi -a -f >/dev/null 2>&1
@@ -236,7 +238,7 @@ for variant in $VARIANTS; do
     size_mb=$(python3 -c "print(f'{$size / 1e6:.0f} MB')")
 
     check_image_config() {
-        local user hc stopsig
+        local user hc stopsig env
         user=$(podman image inspect --format '{{.Config.User}}' "$IMAGE")
         hc=$(podman image inspect --format '{{.Config.Healthcheck}}' "$IMAGE")
         stopsig=$(podman image inspect --format '{{.Config.StopSignal}}' "$IMAGE")
@@ -244,6 +246,13 @@ for variant in $VARIANTS; do
         [[ -n $user && $user != root && $user != 0 && $user != 0:* ]] || { echo "image user is root"; return 1; }
         [[ $hc == *healthz* ]] || { echo "HEALTHCHECK lost (build with --format docker)"; return 1; }
         [[ $stopsig == SIGTERM || $stopsig == 15 ]] || { echo "unexpected STOPSIGNAL $stopsig"; return 1; }
+        # The CA secret served the build only: not in the environment, not in the file system.
+        env=$(podman image inspect --format '{{.Config.Env}}' "$IMAGE")
+        echo "env=$env"
+        [[ $env != *PIP_CERT* && $env != *hostca* ]] || { echo "build secret leaked into ENV"; return 1; }
+        podman run --rm --entrypoint /bin/sh "$IMAGE" -c \
+            'test ! -e /run/secrets/hostca && test ! -e /etc/apt/apt.conf.d/99devplan-hostca' \
+            || { echo "build secret left in the image"; return 1; }
     }
     STEP_NOTE="(size $size_mb)"
     step "image-config-$variant" check_image_config
@@ -255,7 +264,8 @@ for variant in $VARIANTS; do
         podman volume create "$VOLUME"
         podman run --detach --name "$CONTAINER" --publish "127.0.0.1:$PORT:8000" \
             --volume "$VOLUME:/var/lib/devplan/artifacts" --stop-timeout "$STOP_TIMEOUT" \
-            --env DEVPLAN_LOG_LEVEL=info --memory 2g --cpus 2 "$IMAGE"
+            --env DEVPLAN_LOG_LEVEL=info --memory 2g --cpus 2 \
+            --read-only --cap-drop ALL --security-opt no-new-privileges "$IMAGE"
     }
     STEP_NOTE="(127.0.0.1:$PORT -> 8000)"
     step "run-$variant" run_container
@@ -314,6 +324,7 @@ for variant in $VARIANTS; do
     CONTAINER=""; VOLUME=""
     SUMMARY+=("$variant: image $size_mb, build $build_time, exit code $(cat "$WORK/exit-$variant")")
     podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
+    IMAGE=""
 done
 
 for line in "${SUMMARY[@]}"; do log "summary $line"; done
