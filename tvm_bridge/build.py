@@ -166,8 +166,9 @@ def _multi_device_pipeline() -> Any:
 
     In TVM 0.27 that pass reuses a storage block freed on one device for a
     tensor of another (it ignores vdevices), so the VM would hand a kernel an
-    output buffer on the wrong device. Modules with several devices allocate
-    each tensor on its own device instead.
+    output buffer on the wrong device; and on functions with `If` its plan
+    makes the VM crash (segfault). Such modules allocate each tensor on its
+    own device instead.
     """
     from tvm.relax import backend, transform
 
@@ -193,6 +194,19 @@ def _multi_device_pipeline() -> Any:
         return seq(mod)  # type: ignore[no-any-return]
 
     return _pipeline
+
+
+def _has_if(mod: tvm.IRModule) -> bool:
+    found = False
+
+    def visit(expr: Any) -> None:
+        nonlocal found
+        found = found or isinstance(expr, relax.If)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
 
 
 def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
@@ -244,7 +258,7 @@ def compile(  # noqa: A001 - the name the API promises
             mod = _gpu_schedule(mod, gpu[0])
             timings["schedule_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        pipeline = _multi_device_pipeline() if len(vdevs) > 1 else "default"
+        pipeline = _multi_device_pipeline() if len(vdevs) > 1 or _has_if(mod) else "default"
         executable = tvm.compile(mod, target=single, relax_pipeline=pipeline)
         timings["build_s"] = time.perf_counter() - start
     except BridgeError:

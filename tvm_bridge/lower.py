@@ -93,6 +93,7 @@ class _Lowerer:
         self.bb = relax.BlockBuilder()
         self.vdevices: dict[tuple[Any, ...], VDeviceInfo] = {}
         self.global_vars: dict[str, relax.GlobalVar] = {}
+        self.global_params: dict[str, list[VDeviceInfo | None]] = {}
         self.inlining: set[int] = set()
         self._target_cache: dict[int, dict[str, Any]] = {}
 
@@ -272,11 +273,14 @@ class _Lowerer:
         result_device = self.vdevice(func.virtual_device, func.span) if func.virtual_device is not None else None
         params = []
         memo: Memo = ChainMap()
+        devices: list[VDeviceInfo | None] = []
         for p in func.params:
             vdev = self.vdevice(p.virtual_device, p.span) if p.virtual_device is not None else result_device
             rv = relax.Var(p.name, self.relax_type(p.type_annotation, vdev, p.span))
             memo[id(p)] = rv
             params.append(rv)
+            devices.append(vdev)
+        self.global_params[name] = devices
         use_dataflow = not any(isinstance(n, If) for n in pre_order(func.body))
         with self.bb.function(name, params):
             if use_dataflow:
@@ -487,7 +491,10 @@ class _Lowerer:
                     raise BridgeError(f"{name}: {first[-1] if first else type(exc).__name__}", node.span) from exc
                 return self.emit(expr, node.span, name)
             case GlobalVar(name=name):
-                return self.emit(relax.Call(self.global_vars[name], args), node.span, f"@{name}")
+                # Inlined like a local function: Relax's type check of a call
+                # would reject arguments whose vdevice is only known after
+                # RealizeVDevice / LegalizeOps (recursion is rejected earlier).
+                return self.inline(self.module[name], args, ChainMap(), node.span)
             case Function():
                 return self.inline(op, args, memo, node.span)
             case Var():
