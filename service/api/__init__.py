@@ -1,0 +1,1 @@
+"""HTTP routes (one module per resource under routes/) and their dependencies."""

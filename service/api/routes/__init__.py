@@ -1,0 +1,1 @@
+"""One router per resource; main.py includes them all."""

@@ -1,0 +1,106 @@
+"""POST /plan: plan a Relay module's devices."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.examples import PLAN_EXAMPLES
+from service.models import PlanRequest, PlanResponse, constraint_to_plain, spec_to_plain
+from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob
+from service.pool import PoolBusy
+from service.problems import (
+    INTERNAL_ERROR,
+    INVALID_CONFIG,
+    MALFORMED_MODULE,
+    OVERLOADED,
+    PLANNING_CONFLICT,
+    REQUEST_TOO_LARGE,
+    SOLVER_TIMEOUT,
+    VALIDATION_ERROR,
+    ProblemError,
+    failure_to_problem,
+    problem_responses,
+)
+
+router = APIRouter(tags=["plan"])
+log = logging.getLogger("devplan.service")
+
+# Seconds a worker gets beyond the request's own limit, so the solver's
+# clean time-out wins over the hard kill when it can.
+DEADLINE_GRACE_S = 1.0
+
+_OUTCOME = {
+    "malformed-module": "malformed",
+    "invalid-config": "invalid_config",
+    "planning-conflict": "conflict",
+    "solver-timeout": "timeout",
+    "internal-error": "internal",
+}
+
+
+@router.post(
+    "/plan",
+    operation_id="plan",
+    summary="Plan the devices of a Relay module",
+    description="Parses the module (text or TVM JSON), decides a virtual device for every "
+    "sub-expression (TVM <= 0.19 PlanDevices semantics, solved with Z3), and returns the module "
+    "with `on_device` / `device_copy` made explicit. Conflicts come back as a 422 problem listing "
+    "the conflicting constraints with their source locations.",
+    response_model=PlanResponse,
+    response_model_exclude_none=True,
+    responses=problem_responses(
+        MALFORMED_MODULE,
+        REQUEST_TOO_LARGE,
+        PLANNING_CONFLICT,
+        INVALID_CONFIG,
+        VALIDATION_ERROR,
+        INTERNAL_ERROR,
+        OVERLOADED,
+        SOLVER_TIMEOUT,
+    ),
+)
+async def plan(
+    request: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],  # type: ignore[arg-type]
+    settings: SettingsDep,
+    pool: PoolDep,
+    metrics: MetricsDep,
+) -> PlanResponse:
+    timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
+    job = PlanJob(
+        module=request.module,
+        input_format=request.format,
+        virtual_devices=tuple(spec_to_plain(s) for s in request.virtual_devices),
+        default_device=spec_to_plain(request.default_device),
+        host_device=spec_to_plain(request.host_device),
+        constraints=tuple(constraint_to_plain(c) for c in request.constraints),
+        timeout_ms=timeout_ms,
+        output_format=request.output_format,
+        explain=request.explain,
+        name="<request>",
+    )
+    metrics.in_flight.inc()
+    try:
+        result = await pool.submit(job, timeout_ms / 1000 + DEADLINE_GRACE_S)
+    except PoolBusy:
+        metrics.plans.labels("overloaded").inc()
+        raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
+    finally:
+        metrics.in_flight.dec()
+    timings = result.get("timings_ms") or {}
+    if timings:
+        metrics.plan_seconds.observe(sum(timings.values()) / 1000)
+    if "error" in result:
+        failure = PlanFailure.from_dict(result["error"])
+        metrics.plans.labels(_OUTCOME.get(failure.kind, "internal")).inc()
+        if failure.kind == KIND_CONFLICT:
+            metrics.conflicts.inc()
+        elif failure.kind == KIND_TIMEOUT:
+            metrics.timeouts.inc()
+        raise failure_to_problem(failure)
+    metrics.plans.labels("ok").inc()
+    metrics.solver_seconds.observe(timings.get("plan", 0.0) / 1000)
+    return PlanResponse.model_validate(result["ok"])

@@ -1,0 +1,257 @@
+"""The `devplan` command: `devplan plan ...` (planning contract of issue 3) and `devplan serve`.
+
+Exit codes of `devplan plan`: 0 planned; 1 usage or I/O error (bad flag or
+flag JSON, unreadable input, invalid device spec, a constraint selector that
+matches nothing); 2 the module does not parse or verify; 3 planning conflict
+(explanation on stderr, one line per constraint); 4 solver time-out.
+Never a traceback: every failure is one clear message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+EXIT_OK = 0
+EXIT_USAGE = 1
+EXIT_MALFORMED = 2
+EXIT_CONFLICT = 3
+EXIT_TIMEOUT = 4
+
+_EXIT_BY_KIND = {
+    "malformed-module": EXIT_MALFORMED,
+    "invalid-config": EXIT_USAGE,
+    "planning-conflict": EXIT_CONFLICT,
+    "solver-timeout": EXIT_TIMEOUT,
+    "internal-error": EXIT_USAGE,
+}
+
+
+class UsageError(Exception):
+    """A bad flag value or unreadable file: exit 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors; our contract says 1 (2 means a malformed module)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from service import __version__
+
+    parser = _Parser(prog="devplan", description="Device planning for TVM Relay modules.")
+    parser.add_argument("--version", action="version", version=f"devplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
+    p.add_argument("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
+    p.add_argument("--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table")
+    p.add_argument("--default-device", metavar="SPEC", default="cuda", help="device for anything left free (default cuda)")
+    p.add_argument("--host-device", metavar="SPEC", default="cpu", help="host device for shape values (default cpu)")
+    p.add_argument(
+        "--constraint",
+        metavar="JSON",
+        action="append",
+        default=[],
+        help='request-level pin, e.g. \'{"select": {"op": "nn.dense"}, "device": "cpu"}\' (repeatable)',
+    )
+    p.add_argument("--timeout-ms", metavar="N", type=int, default=10_000, help="solver time limit (default 10000)")
+    p.add_argument("--output", metavar="FILE", help="write the planned module here instead of stdout")
+    p.add_argument("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
+    p.add_argument("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
+
+    s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
+    s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (DEVPLAN_PORT, default 8000)")
+    s.add_argument("--workers", type=int, help="uvicorn worker processes (DEVPLAN_WORKERS, default 1)")
+    s.add_argument("--pool-size", type=int, help="concurrent plans per worker (DEVPLAN_POOL_SIZE)")
+    s.add_argument(
+        "--log-level", choices=("critical", "error", "warning", "info", "debug"), help="DEVPLAN_LOG_LEVEL (default info)"
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------
+# devplan plan
+
+
+def _parse_spec(text: str, flag: str) -> str | dict[str, Any]:
+    """SPEC: a shorthand (`cpu`, `cuda:1`) or a JSON device object."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.models import DeviceSpec, spec_to_plain
+
+    value: Any = text
+    if text.lstrip().startswith(("{", "[", '"')):
+        value = _load_json(text, flag)
+    try:
+        spec = TypeAdapter(DeviceSpec).validate_python(value)
+    except ValidationError as err:
+        raise UsageError(f"{flag}: not a device spec: {_first_error(err)}") from None
+    return spec_to_plain(spec)
+
+
+def _load_json(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{flag}: invalid JSON ({err.msg} at column {err.colno})") from None
+
+
+def _first_error(err: Any) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+def _read_input(path: str) -> tuple[str, str]:
+    """The module text and its display name; bytes that are not UTF-8 become U+FFFD (a parse error later)."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+            name = "<stdin>"
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+            name = path
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
+    return data.decode("utf-8", errors="replace"), name
+
+
+def _make_job(args: argparse.Namespace) -> Any:
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.models import DeviceConstraint, DeviceSpec, constraint_to_plain, spec_to_plain
+    from service.planning import PlanJob
+
+    virtual_devices: tuple[Any, ...] = ()
+    if args.virtual_devices is not None:
+        raw = _load_json(args.virtual_devices, "--virtual-devices")
+        if not isinstance(raw, list):
+            raise UsageError("--virtual-devices: expected a JSON list of device specs")
+        try:
+            specs = TypeAdapter(list[DeviceSpec]).validate_python(raw)
+        except ValidationError as err:
+            raise UsageError(f"--virtual-devices: {_first_error(err)}") from None
+        virtual_devices = tuple(spec_to_plain(s) for s in specs)
+    constraints = []
+    for text in args.constraint:
+        raw = _load_json(text, "--constraint")
+        try:
+            constraints.append(constraint_to_plain(DeviceConstraint.model_validate(raw)))
+        except ValidationError as err:
+            raise UsageError(f"--constraint: {_first_error(err)}") from None
+    if args.timeout_ms <= 0:
+        raise UsageError("--timeout-ms: must be a positive number of milliseconds")
+    module, name = _read_input(args.input)
+    return PlanJob(
+        module=module,
+        virtual_devices=virtual_devices,
+        default_device=_parse_spec(args.default_device, "--default-device"),
+        host_device=_parse_spec(args.host_device, "--host-device"),
+        constraints=tuple(constraints),
+        timeout_ms=args.timeout_ms,
+        output_format=args.output_format,
+        explain=args.explain,
+        name=name,
+    )
+
+
+def _write_output(text: str, path: str | None) -> None:
+    if not text.endswith("\n"):
+        text += "\n"
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from service.planning import PlanFailure, run_plan
+
+    job = _make_job(args)
+    try:
+        outcome = run_plan(job)
+    except PlanFailure as failure:
+        sys.stderr.write(failure.report.rstrip("\n") + "\n")
+        return _EXIT_BY_KIND.get(failure.kind, EXIT_USAGE)
+    _write_output(outcome.module, args.output)
+    if args.explain and outcome.explanation:
+        sys.stderr.write("\n".join(outcome.explanation) + "\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# devplan serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.config import Settings, get_settings
+    from service.logs import log_config
+
+    overrides = {"HOST": args.host, "PORT": args.port, "WORKERS": args.workers, "POOL_SIZE": args.pool_size, "LOG_LEVEL": args.log_level}
+    for key, value in overrides.items():
+        if value is not None:
+            os.environ[f"DEVPLAN_{key}"] = str(value)  # worker processes read the same settings
+    get_settings.cache_clear()
+    try:
+        settings = Settings()
+    except Exception as err:  # pydantic ValidationError: a bad DEVPLAN_* value
+        raise UsageError(f"invalid settings: {err}") from None
+    uvicorn.run(
+        "service.main:app_factory",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_config=log_config(settings.log_level),
+        access_log=False,
+        timeout_graceful_shutdown=settings.graceful_timeout_s,
+    )
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit code (also when called from tests)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version (0) or a usage error (already 1)
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "plan":
+            return cmd_plan(args)
+        return cmd_serve(args)
+    except UsageError as err:
+        sys.stderr.write(f"devplan: error: {err}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as err:  # last resort: a bug, reported without a traceback
+        sys.stderr.write(f"devplan: internal error: {type(err).__name__}: {err}\n")
+        return EXIT_USAGE
+
+
+def console_main() -> NoReturn:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,113 @@
+"""Builds the FastAPI app: routes, problem handlers, middleware, offline docs, planning pool."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.staticfiles import StaticFiles
+from starlette.routing import Mount
+
+from service import __version__
+from service.api.routes import compile as compile_routes
+from service.api.routes import docs, health, meta, plan
+from service.config import Settings, get_settings
+from service.metrics import Metrics
+from service.middleware import ServiceMiddleware
+from service.pool import PlanPool
+from service.problems import ALL_KINDS, PROBLEM_MEDIA_TYPE, install_handlers
+
+log = logging.getLogger("devplan.service")
+
+DESCRIPTION = """\
+Device placement for TVM Relay modules. `POST /plan` takes a Relay module
+(text as printed by TVM <= 0.19, or TVM JSON) and returns it with every
+sub-expression's virtual device made explicit (`on_device` / `device_copy`),
+reproducing TVM's `PlanDevices`, solved with Z3. Conflicting constraints are
+explained with source locations.
+
+Errors are `application/problem+json` (RFC 9457); `type` is one of:
+""" + "\n".join(f"- `{k.type}` ({k.status}): {k.title}" for k in ALL_KINDS)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A fresh app with its own settings, metrics registry and planning pool."""
+    settings = settings or get_settings()
+    metrics = Metrics()
+    pool = PlanPool(
+        settings.pool_size,
+        settings.pool_kind,
+        queue_timeout_s=settings.queue_timeout_ms / 1000,
+        log_level=settings.log_level,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.start()
+        log.info("planning pool ready (%s)", pool.describe())
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(
+        title="devplan",
+        version=__version__,
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.pool = pool
+
+    app.include_router(plan.router)
+    app.include_router(compile_routes.router)
+    app.include_router(health.router)
+    app.include_router(meta.router)
+    app.include_router(docs.router)
+    app.mount(docs.STATIC_PREFIX, StaticFiles(directory=docs.swagger_ui_dir()), name="swagger-ui")
+    install_handlers(app)
+
+    known_paths = {r.path for r in app.routes if not isinstance(r, Mount) and hasattr(r, "path")}
+    mount_prefixes = {r.path for r in app.routes if isinstance(r, Mount)}
+    app.add_middleware(
+        ServiceMiddleware,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        known_paths=known_paths,
+        mount_prefixes=mount_prefixes,
+    )
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema with every error response as problem+json (not FastAPI's default 422)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.get("responses", {})
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": problem_ref}}
+                    if status == "422" and response.get("description") == "Validation Error":
+                        response["description"] = "The request does not match the schema"
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema
+
+
+def app_factory() -> FastAPI:
+    """Entry point for `uvicorn --factory service.main:app_factory`."""
+    return create_app()

@@ -1,0 +1,55 @@
+"""Prometheus metrics of one app instance (its own registry, so tests can build many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# The *_created series double the output and no dashboard of ours reads them.
+disable_created_metrics()
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+# Plan outcomes as metric label values.
+PLAN_OUTCOMES = ("ok", "malformed", "invalid_config", "conflict", "timeout", "internal", "overloaded")
+
+
+class Metrics:
+    """Request counts and latencies by route and status; plan outcomes and solver time."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "devplan_http_requests", "HTTP requests by route, method and status.", ("route", "method", "status"), registry=r
+        )
+        self.latency = Histogram(
+            "devplan_http_request_duration_seconds",
+            "HTTP request latency by route, method and status.",
+            ("route", "method", "status"),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.plans = Counter("devplan_plans", "Planning requests by outcome.", ("outcome",), registry=r)
+        self.conflicts = Counter("devplan_plan_conflicts", "Plans rejected with a device conflict.", registry=r)
+        self.timeouts = Counter("devplan_plan_timeouts", "Plans that exceeded their time limit.", registry=r)
+        self.solver_seconds = Histogram(
+            "devplan_solver_seconds",
+            "Planner time per successful plan (infer to rewrite, parsing and printing excluded).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.plan_seconds = Histogram(
+            "devplan_plan_seconds",
+            "Wall time of a plan in its worker (parse, plan, print), any outcome.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("devplan_plans_in_flight", "Plans running or waiting for a slot.", registry=r)
+        for outcome in PLAN_OUTCOMES:
+            self.plans.labels(outcome)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,339 @@
+"""One planning request from text in to text out, shared by `devplan plan` and `POST /plan`.
+
+Both front ends build a `PlanJob`, call `run_plan` (or `run_plan_safely` in a
+worker process) and only differ in how they present the outcome, so the CLI and
+the HTTP service give byte-identical planned modules for the same input.
+Everything crossing a process boundary here is plain data (str, int, dict, list).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import relay
+import solver
+
+log = logging.getLogger("devplan.planning")
+
+Format = Literal["text", "json"]
+DeviceSpec = str | int | dict[str, Any]
+
+# Error kinds; the service maps each to a problem type, the CLI to an exit code.
+KIND_MALFORMED = "malformed-module"
+KIND_CONFIG = "invalid-config"
+KIND_CONFLICT = "planning-conflict"
+KIND_TIMEOUT = "solver-timeout"
+KIND_INTERNAL = "internal-error"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """What to plan and how; every field is plain data so it pickles cheaply."""
+
+    module: str
+    input_format: Format | None = None  # None: detect (JSON starts with `{`)
+    virtual_devices: tuple[DeviceSpec, ...] = ()
+    default_device: DeviceSpec = "cuda"
+    host_device: DeviceSpec = "cpu"
+    constraints: tuple[dict[str, Any], ...] = ()
+    timeout_ms: int = 10_000
+    output_format: Format = "text"
+    explain: bool = False
+    name: str = "<request>"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFailure(Exception):
+    """A request that could not be planned, as plain data (picklable, JSON-able).
+
+    `report` is the compiler-style text (`error: ... --> name:line:col`) the CLI
+    prints; `locations` and `constraints` feed the problem+json body.
+    """
+
+    kind: str
+    message: str
+    report: str
+    locations: tuple[dict[str, Any], ...] = ()
+    constraints: tuple[dict[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        return self.report
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "report": self.report,
+            "locations": list(self.locations),
+            "constraints": list(self.constraints),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanFailure:
+        return cls(
+            data["kind"],
+            data["message"],
+            data["report"],
+            tuple(data.get("locations", ())),
+            tuple(data.get("constraints", ())),
+        )
+
+
+@dataclass(slots=True)
+class PlanOutcome:
+    """A successful plan: the planned module and what the planner did."""
+
+    module: str
+    format: Format
+    virtual_devices: list[dict[str, Any]]
+    summary: dict[str, Any]
+    solver: dict[str, Any]
+    explanation: list[str] | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "module": self.module,
+            "format": self.format,
+            "virtual_devices": self.virtual_devices,
+            "summary": self.summary,
+            "solver": self.solver,
+        }
+        if self.explanation is not None:
+            out["explanation"] = self.explanation
+        return out
+
+
+# --------------------------------------------------------------------------
+# Rendering devices and spans
+
+
+def device_to_dict(device: Any) -> dict[str, Any]:
+    """A `relay.device.VirtualDevice` as a device-spec object (the one spec format)."""
+    from relay.device import device_type_name
+
+    device_type = getattr(device, "device_type", None)
+    target = getattr(device, "target", None)
+    return {
+        "device_type": device_type_name(device_type) if device_type is not None else None,
+        "virtual_device_id": getattr(device, "virtual_device_id", None),
+        "target": str(target) if target is not None else None,
+        "memory_scope": getattr(device, "memory_scope", None),
+    }
+
+
+def device_text(device: Any) -> str:
+    """Short human form: `cpu:0`, `cuda:0 scope=global`, or the value's str()."""
+    return str(device) if device is not None else "?"
+
+
+def _span_lc(span: Any) -> tuple[int | None, int | None]:
+    if span is None:
+        return None, None
+    return getattr(span, "line", None), getattr(span, "column", None)
+
+
+def _at(span: Any) -> str:
+    line, column = _span_lc(span)
+    if line is None:
+        return "?:?"
+    return f"{line}:{column}"
+
+
+# --------------------------------------------------------------------------
+# The pipeline
+
+
+def detect_format(text: str) -> Format:
+    """TVM JSON starts with `{` after optional whitespace; anything else is text."""
+    return "json" if text.lstrip()[:1] == "{" else "text"
+
+
+def parse_module(job: PlanJob) -> relay.Module:
+    """Text or TVM JSON -> verified Module; raises PlanFailure(malformed-module)."""
+    fmt = job.input_format or detect_format(job.module)
+    try:
+        if fmt == "json":
+            module = relay.load_json(job.module)
+        else:
+            module = relay.parse_text(job.module, name=job.name)
+        relay.verify(module)
+    except relay.RelayError as err:
+        raise _relay_failure(KIND_MALFORMED, err) from None
+    except RecursionError:
+        raise PlanFailure(KIND_MALFORMED, "module nests too deeply to read", "error: module nests too deeply to read") from None
+    except Exception as err:  # a reader bug must not become a 500 for the client
+        log.exception("reader failed on client input")
+        message = f"could not read the module ({type(err).__name__}: {err})"
+        raise PlanFailure(KIND_MALFORMED, message, f"error: {message}") from None
+    return module
+
+
+def build_config(job: PlanJob) -> Any:
+    """The solver's PlanConfig for a job; raises PlanFailure(invalid-config)."""
+    try:
+        return solver.PlanConfig(
+            virtual_devices=tuple(job.virtual_devices),
+            default_device=job.default_device,
+            host_device=job.host_device,
+            constraints=tuple(job.constraints),
+            timeout_ms=job.timeout_ms,
+        )
+    except (solver.PlanConfigError, ValueError, TypeError) as err:
+        message = str(err)
+        raise PlanFailure(KIND_CONFIG, message, f"error: {message}") from None
+
+
+def run_plan(job: PlanJob) -> PlanOutcome:
+    """Parse, plan and print one module. Raises PlanFailure for every expected failure."""
+    t0 = time.perf_counter()
+    module = parse_module(job)
+    t1 = time.perf_counter()
+    config = build_config(job)
+    try:
+        result = solver.plan(module, config)
+    except solver.PlanningConflict as err:
+        raise _conflict_failure(err) from None
+    except solver.SolverTimeout as err:
+        message = str(getattr(err, "message", None) or err) or f"solver time limit of {job.timeout_ms} ms exceeded"
+        raise PlanFailure(KIND_TIMEOUT, message, f"error: {message}") from None
+    except solver.PlanConfigError as err:
+        message = str(err)
+        raise PlanFailure(KIND_CONFIG, message, f"error: {message}") from None
+    except relay.RelayError as err:
+        # The planner rejecting the module for a reason other than a conflict
+        # (e.g. a malformed annotation): the module is at fault, not the server.
+        raise _relay_failure(KIND_MALFORMED, err) from None
+    except RecursionError:
+        raise PlanFailure(KIND_MALFORMED, "module nests too deeply to plan", "error: module nests too deeply to plan") from None
+    t2 = time.perf_counter()
+    if job.output_format == "json":
+        text = relay.dump_json(result.module)
+    else:
+        text = relay.print_text(result.module)
+    t3 = time.perf_counter()
+
+    stats = result.stats
+    time_ms = {str(k): round(float(v), 3) for k, v in dict(getattr(stats, "time_ms", {}) or {}).items()}
+    time_ms["parse"] = round((t1 - t0) * 1000, 3)
+    time_ms["print"] = round((t3 - t2) * 1000, 3)
+    copies = [
+        {"line": _span_lc(span)[0], "column": _span_lc(span)[1], "src": device_text(src), "dst": device_text(dst)}
+        for span, src, dst in result.copies
+    ]
+    functions = {str(name): _function_devices(info) for name, info in dict(result.functions).items()}
+    outcome = PlanOutcome(
+        module=text,
+        format=job.output_format,
+        virtual_devices=[device_to_dict(d) for d in result.virtual_devices],
+        summary={
+            "device_copies": copies,
+            "expressions_by_device": {str(k): int(v) for k, v in dict(result.expressions_by_device).items()},
+            "functions": functions,
+        },
+        solver={
+            "classes": int(stats.classes),
+            "variables": int(stats.variables),
+            "hard_constraints": int(stats.hard_constraints),
+            "soft_constraints": int(stats.soft_constraints),
+            "time_ms": time_ms,
+        },
+        timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
+    )
+    if job.explain:
+        outcome.explanation = explain_success(outcome)
+    return outcome
+
+
+def run_plan_safely(job: PlanJob) -> dict[str, Any]:
+    """run_plan for a worker: never raises, returns {"ok": outcome} or {"error": failure}."""
+    try:
+        outcome = run_plan(job)
+        return {"ok": outcome.as_dict(), "timings_ms": outcome.timings_ms}
+    except PlanFailure as failure:
+        return {"error": failure.as_dict()}
+    except MemoryError:
+        message = "out of memory while planning"
+        return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+    except Exception as err:
+        log.exception("planning failed unexpectedly")
+        message = f"internal error while planning: {type(err).__name__}"
+        return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+
+
+# --------------------------------------------------------------------------
+# Explanations
+
+
+def _function_devices(info: Any) -> dict[str, Any]:
+    """Normalise the solver's per-function devices to {params: [{name, device}], result}."""
+    params_in = info.get("params", []) if isinstance(info, dict) else []
+    params = []
+    for i, p in enumerate(params_in):
+        if isinstance(p, dict):
+            params.append({"name": str(p.get("name", f"#{i}")), "device": device_text(p.get("device"))})
+        elif isinstance(p, (tuple, list)) and len(p) == 2:
+            params.append({"name": str(p[0]), "device": device_text(p[1])})
+        else:
+            params.append({"name": f"#{i}", "device": device_text(p)})
+    result = info.get("result") if isinstance(info, dict) else None
+    return {"params": params, "result": device_text(result)}
+
+
+def explain_success(outcome: PlanOutcome) -> list[str]:
+    """Lines for `--explain`: each global's parameter/result devices, each inserted copy."""
+    lines = []
+    for name, info in outcome.summary["functions"].items():
+        params = ", ".join(f"{p['name']} on {p['device']}" for p in info["params"])
+        lines.append(f"{name}({params}) -> result on {info['result']}")
+    for copy in outcome.summary["device_copies"]:
+        where = f"{copy['line']}:{copy['column']}" if copy["line"] is not None else "?:?"
+        lines.append(f"device_copy at {where}: {copy['src']} -> {copy['dst']}")
+    if not outcome.summary["device_copies"]:
+        lines.append("no device_copy inserted")
+    return lines
+
+
+def _relay_failure(kind: str, err: Any) -> PlanFailure:
+    line, column = _span_lc(getattr(err, "span", None))
+    message = str(getattr(err, "message", "") or err)
+    locations = ({"line": line, "column": column, "message": message},) if line is not None else ()
+    return PlanFailure(kind, message, str(err), locations)
+
+
+def _conflict_failure(err: Any) -> PlanFailure:
+    message = str(getattr(err, "message", "") or err)
+    locations = []
+    constraints = []
+    lines = [f"error: planning conflict: {message}"]
+    for c in getattr(err, "constraints", None) or ():
+        span = getattr(c, "span", None)
+        line, column = _span_lc(span)
+        kind = str(getattr(c, "kind", "constraint"))
+        description = str(getattr(c, "description", "") or "")
+        expr_text = str(getattr(c, "expr_text", "") or "")
+        devices = [device_text(d) for d in (getattr(c, "devices", None) or ())]
+        constraints.append(
+            {
+                "kind": kind,
+                "description": description,
+                "expression": expr_text,
+                "line": line,
+                "column": column,
+                "devices": devices,
+            }
+        )
+        if line is not None:
+            locations.append({"line": line, "column": column, "message": f"{kind}: {description}"})
+        source = getattr(span, "source_name", None) or "<input>"
+        where = f"{source}:{line}:{column}" if line is not None else f"{source}:?:?"
+        detail = f" [{expr_text}]" if expr_text else ""
+        lines.append(f"  {where}: {kind}: {description}{detail}")
+    if not constraints:
+        line, column = _span_lc(getattr(err, "span", None))
+        if line is not None:
+            locations.append({"line": line, "column": column, "message": message})
+    return PlanFailure(KIND_CONFLICT, message, "\n".join(lines), tuple(locations), tuple(constraints))

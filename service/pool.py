@@ -1,0 +1,204 @@
+"""A bounded pool that runs plans off the event loop and enforces each one's time limit.
+
+Planning is CPU-bound Python, so the default pool is worker processes (real
+parallelism, and the event loop keeps answering /healthz). A worker whose plan
+overruns its deadline is killed and replaced; that is the only way to stop
+Python code mid-flight. The thread kind is for debugging and embedding: there
+the solver's own time limit is the only brake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import multiprocessing.connection
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from service.planning import KIND_INTERNAL, KIND_TIMEOUT, PlanFailure, PlanJob, run_plan_safely
+
+log = logging.getLogger("devplan.pool")
+
+
+_START_TIMEOUT_S = 120.0
+
+
+class PoolBusy(Exception):
+    """No planning slot became free within the queue timeout."""
+
+
+def _timeout_result(deadline_s: float) -> dict[str, Any]:
+    message = f"planning did not finish within its time limit ({deadline_s * 1000:.0f} ms)"
+    return {"error": PlanFailure(KIND_TIMEOUT, message, f"error: {message}").as_dict()}
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
+    """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and kills us
+    from service.logs import configure
+
+    configure(log_level)
+    conn.send("ready")  # imports done (relay, solver, z3): the first plan pays no start-up
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        conn.send(run_plan_safely(job))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, log_level: str) -> None:
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, log_level), daemon=True, name="devplan-plan")
+        self.proc.start()
+        child.close()
+        self.conn: multiprocessing.connection.Connection = parent
+        try:
+            ready = parent.poll(_START_TIMEOUT_S) and parent.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.kill()
+            raise RuntimeError(f"planning worker {self.proc.pid} did not start (see its log)")
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.join(5)
+        finally:
+            self.conn.close()
+
+
+class _Overrun(Exception):
+    pass
+
+
+class PlanPool:
+    """`await pool.submit(job, deadline_s)` -> run_plan_safely's dict, never raising for the job's sake."""
+
+    def __init__(self, size: int, kind: str = "process", queue_timeout_s: float = 60.0, log_level: str = "info") -> None:
+        self.size = size
+        self.kind = kind
+        self.queue_timeout_s = queue_timeout_s
+        self.log_level = log_level
+        self._threads = ThreadPoolExecutor(max_workers=size + 2, thread_name_prefix="devplan-plan")
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def describe(self) -> str:
+        return f"{self.kind} x {self.size}"
+
+    async def start(self) -> None:
+        """Start the workers (process kind) and wait until they are up."""
+        if self.kind == "thread":
+            self._slots = asyncio.Semaphore(self.size)
+            return
+        self._idle = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        workers = await asyncio.gather(*(loop.run_in_executor(self._threads, self._spawn) for _ in range(self.size)))
+        for w in workers:
+            self._idle.put_nowait(w)
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self._ctx, self.log_level)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.discard(worker)
+        worker.kill()
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        self._retire(worker)
+        return self._spawn()
+
+    async def submit(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+        if self.kind == "thread":
+            return await self._submit_thread(job, deadline_s)
+        assert self._idle is not None, "PlanPool.start() was not awaited"
+        try:
+            worker = await asyncio.wait_for(self._idle.get(), self.queue_timeout_s)
+        except TimeoutError:
+            raise PoolBusy from None
+        loop = asyncio.get_running_loop()
+        healthy = False
+        try:
+            result = await loop.run_in_executor(self._threads, self._exchange, worker, job, deadline_s)
+            healthy = True
+            return result
+        except _Overrun:
+            log.warning("plan overran its deadline of %.3f s; worker %s killed", deadline_s, worker.proc.pid)
+            return _timeout_result(deadline_s)
+        except (EOFError, OSError) as err:
+            log.error("planning worker %s died (%s)", worker.proc.pid, type(err).__name__)
+            message = "the planning worker died while planning this module"
+            return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+        finally:
+            if healthy:
+                self._idle.put_nowait(worker)
+            elif not self._closed:
+                # Kill and respawn in the background so the answer is not delayed (also on cancel).
+                idle = self._idle
+
+                def respawn() -> None:
+                    fresh = self._replace(worker)
+                    if self._closed:
+                        self._retire(fresh)
+                        return
+                    loop.call_soon_threadsafe(idle.put_nowait, fresh)
+
+                worker.proc.kill()
+                self._threads.submit(respawn)
+
+    @staticmethod
+    def _exchange(worker: _Worker, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+        worker.conn.send(job)
+        if not worker.conn.poll(deadline_s):
+            raise _Overrun
+        result: dict[str, Any] = worker.conn.recv()
+        return result
+
+    async def _submit_thread(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+        assert self._slots is not None, "PlanPool.start() was not awaited"
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
+        except TimeoutError:
+            raise PoolBusy from None
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._threads, run_plan_safely, job)
+        # The slot is released when the thread really finishes, so the bound holds.
+        future.add_done_callback(lambda _f: self._slots.release() if self._slots else None)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline_s)
+        except TimeoutError:
+            return _timeout_result(deadline_s)
+
+    async def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            workers = list(self._all)
+            self._all.clear()
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+        for w in workers:
+            w.proc.join(2)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(2)
+            w.conn.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,177 @@
+"""Errors as application/problem+json (RFC 9457): one stable `type` URI per kind.
+
+Every exception reaching the app is turned into a problem here, the unexpected
+ones included (logged with their traceback, answered without it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.logs import current_request_id
+from service.planning import PlanFailure
+
+log = logging.getLogger("devplan.service")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_BASE = "https://devplan.dev/problems/"
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemKind:
+    slug: str
+    status: int
+    title: str
+
+    @property
+    def type(self) -> str:
+        return TYPE_BASE + self.slug
+
+
+MALFORMED_MODULE = ProblemKind("malformed-module", 400, "The module does not parse or verify")
+INVALID_CONFIG = ProblemKind("invalid-config", 422, "The planning configuration is invalid")
+PLANNING_CONFLICT = ProblemKind("planning-conflict", 422, "The device constraints conflict")
+VALIDATION_ERROR = ProblemKind("validation-error", 422, "The request does not match the schema")
+REQUEST_TOO_LARGE = ProblemKind("request-too-large", 413, "The request body is too large")
+SOLVER_TIMEOUT = ProblemKind("solver-timeout", 504, "Planning exceeded its time limit")
+OVERLOADED = ProblemKind("overloaded", 503, "No planning slot became free in time")
+NOT_READY = ProblemKind("not-ready", 503, "The service is not ready")
+NOT_FOUND = ProblemKind("not-found", 404, "Not found")
+METHOD_NOT_ALLOWED = ProblemKind("method-not-allowed", 405, "Method not allowed")
+INTERNAL_ERROR = ProblemKind("internal-error", 500, "Internal server error")
+
+ALL_KINDS = (
+    MALFORMED_MODULE,
+    INVALID_CONFIG,
+    PLANNING_CONFLICT,
+    VALIDATION_ERROR,
+    REQUEST_TOO_LARGE,
+    SOLVER_TIMEOUT,
+    OVERLOADED,
+    NOT_READY,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    INTERNAL_ERROR,
+)
+
+_BY_FAILURE_KIND = {
+    "malformed-module": MALFORMED_MODULE,
+    "invalid-config": INVALID_CONFIG,
+    "planning-conflict": PLANNING_CONFLICT,
+    "solver-timeout": SOLVER_TIMEOUT,
+    "internal-error": INTERNAL_ERROR,
+}
+
+
+class ProblemError(Exception):
+    """Raise anywhere in a route to answer with this problem."""
+
+    def __init__(self, kind: ProblemKind, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or kind.title)
+        self.kind = kind
+        self.detail = detail
+        self.extra = extra
+
+
+def problem_body(kind: ProblemKind, detail: str | None, instance: str | None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": kind.type, "title": kind.title, "status": kind.status}
+    if detail:
+        body["detail"] = detail
+    if instance:
+        body["instance"] = instance
+    rid = current_request_id()
+    if rid:
+        body["request_id"] = rid
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def problem_response(
+    kind: ProblemKind, detail: str | None = None, instance: str | None = None, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse(
+        problem_body(kind, detail, instance, **extra),
+        status_code=kind.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def failure_to_problem(failure: PlanFailure) -> ProblemError:
+    """A planner failure (from planning.run_plan) as the matching problem."""
+    kind = _BY_FAILURE_KIND.get(failure.kind, INTERNAL_ERROR)
+    extra: dict[str, Any] = {}
+    if kind in (MALFORMED_MODULE, PLANNING_CONFLICT):
+        extra["locations"] = list(failure.locations)
+    if kind is PLANNING_CONFLICT:
+        extra["constraints"] = list(failure.constraints)
+    return ProblemError(kind, failure.message, **extra)
+
+
+def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
+    """FastAPI's validation errors without the raw input echoed back (it can be 32 MiB)."""
+    out = []
+    for e in errors:
+        item = {"loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        out.append(item)
+    return out
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Map every exception to a problem+json response."""
+
+    @app.exception_handler(ProblemError)
+    async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
+        return problem_response(exc.kind, exc.detail, request.url.path, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _jsonable_errors(exc.errors())
+        first = errors[0] if errors else None
+        detail = "request does not match the schema"
+        if first is not None:
+            where = ".".join(str(p) for p in first["loc"])
+            detail = f"{where}: {first['msg']}"
+        return problem_response(VALIDATION_ERROR, detail, request.url.path, errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and request.method in ("POST", "PUT", "PATCH"):
+            # FastAPI's "There was an error parsing the body" (e.g. bytes that are not UTF-8):
+            # the body is not the documented JSON, i.e. a schema violation like any other.
+            errors = [{"loc": ["body"], "msg": "the body is not valid JSON text", "type": "json_invalid"}]
+            return problem_response(VALIDATION_ERROR, "body: the body is not valid JSON text", request.url.path, errors=errors)
+        kind = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 413: REQUEST_TOO_LARGE}.get(exc.status_code)
+        if kind is None:
+            kind = ProblemKind(f"http-{exc.status_code}", exc.status_code, str(exc.detail or "HTTP error"))
+        detail = str(exc.detail) if exc.detail and str(exc.detail).lower() != kind.title.lower() else None
+        return problem_response(kind, detail, request.url.path, headers=dict(exc.headers or {}) or None)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled exception on %s %s", request.method, request.url.path, exc_info=exc)
+        return problem_response(INTERNAL_ERROR, "unexpected server error; see the server log", request.url.path)
+
+
+def problem_responses(*kinds: ProblemKind) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for the given problem kinds (grouped by status)."""
+    from service.models import Problem
+
+    by_status: dict[int, list[ProblemKind]] = {}
+    for k in kinds:
+        by_status.setdefault(k.status, []).append(k)
+    out: dict[int | str, dict[str, Any]] = {}
+    for status, group in sorted(by_status.items()):
+        out[status] = {
+            "model": Problem,
+            "description": "; ".join(f"{k.title} (`{k.type}`)" for k in group),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    return out

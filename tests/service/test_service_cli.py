@@ -1,0 +1,243 @@
+"""`devplan plan` against its contract (issue 3): outputs, --explain, every exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import relay
+from service.cli import main
+from service.examples import CONFLICT, CPU_ANNOTATION, PLAIN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def devplan(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *argv], input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Any:
+    def _write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return _write
+
+
+# --------------------------------------------------------------------------
+# exit 0
+
+
+def test_plans_corpus_model_like_tvm(capsys: Any, corpus_dir: Path) -> None:
+    code, out, err = run_cli(capsys, "plan", str(corpus_dir / "mlp.relay"))
+    assert code == 0, err
+    expected = relay.parse_text((corpus_dir / "mlp.planned.relay").read_text())
+    assert relay.structural_equal(relay.parse_text(out), expected)
+
+
+def test_annotated_model_with_explain(capsys: Any, corpus_dir: Path) -> None:
+    code, out, err = run_cli(capsys, "plan", str(corpus_dir / "mlp.annotated.relay"), "--explain")
+    assert code == 0, err
+    expected = relay.parse_text((corpus_dir / "mlp.annotated.planned.relay").read_text())
+    assert relay.structural_equal(relay.parse_text(out), expected)
+    lines = err.splitlines()
+    assert any(line.startswith("@main(") for line in lines), err
+    copies = [line for line in lines if line.startswith("device_copy at ")]
+    assert copies and all(":" in line.split()[2] for line in copies), err
+
+
+def test_explain_names_param_devices_and_copy_location(capsys: Any, write: Any) -> None:
+    path = write("ann.relay", CPU_ANNOTATION)
+    code, out, err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]', "--explain")
+    assert code == 0, err
+    assert "device_copy(" in out
+    assert "@main(%x on cpu" in err and "%y on cpu" in err, err
+    assert any(line.startswith("device_copy at 3:") for line in err.splitlines()), err
+
+
+def test_stdin_output_file_and_json_format(tmp_path: Path) -> None:
+    out_file = tmp_path / "planned.json"
+    r = devplan("plan", "-", "--output", str(out_file), "--output-format", "json", stdin=PLAIN)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    text = devplan("plan", "-", stdin=PLAIN)
+    assert text.returncode == 0, text.stderr
+    assert relay.structural_equal(relay.load_json(out_file.read_text()), relay.parse_text(text.stdout))
+
+
+def test_json_input_detected(capsys: Any, corpus_dir: Path) -> None:
+    code, out, err = run_cli(capsys, "plan", str(corpus_dir / "mlp.json"))
+    assert code == 0, err
+    expected = relay.parse_text((corpus_dir / "mlp.planned.relay").read_text())
+    assert relay.structural_equal(relay.parse_text(out), expected)
+
+
+def test_device_flags_accept_shorthand_and_objects(capsys: Any, write: Any) -> None:
+    path = write("plain.relay", PLAIN)
+    code, out, err = run_cli(
+        capsys, "plan", path, "--default-device", '{"device_type": "cpu"}', "--host-device", "cpu"
+    )
+    assert code == 0, err
+    code2, out2, _ = run_cli(capsys, "plan", path, "--default-device", "cpu")
+    assert code2 == 0
+    assert out == out2
+    assert "cuda" not in out
+
+
+def test_constraint_flag_pins_an_op(capsys: Any, write: Any) -> None:
+    path = write("plain.relay", PLAIN)
+    pin = json.dumps({"select": {"op": "nn.relu"}, "device": "cpu"})
+    code, out, err = run_cli(capsys, "plan", path, "--constraint", pin, "--explain")
+    assert code == 0, err
+    assert "device_copy(" in out
+
+
+# --------------------------------------------------------------------------
+# exit 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan"],
+        ["plan", "x.relay", "--bogus"],
+        ["plan", "x.relay", "--timeout-ms", "soon"],
+        ["plan", "x.relay", "--output-format", "yaml"],
+        ["frobnicate"],
+        [],
+    ],
+    ids=["no-input", "unknown-flag", "bad-int", "bad-choice", "unknown-command", "no-command"],
+)
+def test_argparse_errors_exit_1(capsys: Any, argv: list[str]) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 1
+    assert "error" in err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--virtual-devices", "[1"],
+        ["--virtual-devices", '{"device_type": "cpu"}'],
+        ["--virtual-devices", '[{"device_type": "cpu", "color": "red"}]'],
+        ["--default-device", '{"device_type": '],
+        ["--constraint", '{"select": {"op": "add"}}'],
+        ["--constraint", "nope"],
+        ["--timeout-ms", "0"],
+        ["--default-device", "tpu"],
+        ["--constraint", '{"select": {"function": "@missing"}, "device": "cpu"}'],
+        ["--constraint", '{"select": {"op": "nn.conv2d"}, "device": "cpu"}'],
+    ],
+    ids=[
+        "bad-json",
+        "not-a-list",
+        "unknown-field",
+        "truncated-spec",
+        "constraint-without-device",
+        "constraint-not-json",
+        "zero-timeout",
+        "unknown-device-type",
+        "selector-matches-no-function",
+        "selector-matches-no-op",
+    ],
+)
+def test_bad_flag_values_exit_1(capsys: Any, write: Any, flags: list[str]) -> None:
+    path = write("plain.relay", PLAIN)
+    code, out, err = run_cli(capsys, "plan", path, *flags)
+    assert code == 1, (out, err)
+    assert out == ""
+    assert err.strip()
+
+
+def test_unreadable_input_exits_1(capsys: Any, tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "plan", str(tmp_path / "missing.relay"))
+    assert code == 1
+    assert "missing.relay" in err
+    code, _, err = run_cli(capsys, "plan", str(tmp_path))  # a directory
+    assert code == 1
+
+
+def test_unwritable_output_exits_1(capsys: Any, write: Any, tmp_path: Path) -> None:
+    path = write("plain.relay", PLAIN)
+    code, _, err = run_cli(capsys, "plan", path, "--output", str(tmp_path / "no" / "such" / "dir" / "out.relay"))
+    assert code == 1
+    assert "cannot write" in err
+
+
+# --------------------------------------------------------------------------
+# exit 2, 3, 4
+
+
+def test_parse_error_exits_2_with_location(capsys: Any, write: Any) -> None:
+    path = write("bad.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%x\n}\n')
+    code, out, err = run_cli(capsys, "plan", path)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: ")
+    assert f"{path}:4:1" in err
+
+
+def test_verify_error_exits_2(capsys: Any, write: Any) -> None:
+    path = write("unbound.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%y)\n}\n')
+    code, _, err = run_cli(capsys, "plan", path)
+    assert code == 2
+    assert ":3:" in err
+
+
+def test_random_bytes_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "noise.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    r = devplan("plan", str(path))
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_conflict_exits_3_with_one_line_per_constraint(capsys: Any, write: Any) -> None:
+    path = write("conflict.relay", CONFLICT)
+    code, out, err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]')
+    assert code == 3
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith("error: ")
+    located = [line for line in lines[1:] if f"{path}:" in line]
+    assert len(located) >= 2, err
+    assert any(f"{path}:2:" in line for line in located) and any(f"{path}:3:" in line for line in located), err
+
+
+def test_conflict_explanation_printed_with_or_without_explain(capsys: Any, write: Any) -> None:
+    path = write("conflict.relay", CONFLICT)
+    _, _, plain_err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]')
+    code, _, explain_err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]', "--explain")
+    assert code == 3
+    assert plain_err == explain_err
+
+
+def test_timeout_exits_4(capsys: Any, corpus_dir: Path) -> None:
+    code, out, err = run_cli(capsys, "plan", str(corpus_dir / "resnet50.relay"), "--timeout-ms", "1")
+    assert code == 4, err
+    assert out == ""
+    assert "time" in err
+
+
+def test_never_a_traceback_from_the_console_script(tmp_path: Path) -> None:
+    for argv in (["plan", "--virtual-devices", "{"], ["plan", str(tmp_path)], ["--help"], ["plan", "--help"]):
+        r = devplan(*argv)
+        assert "Traceback" not in r.stderr, argv
+        assert r.returncode in (0, 1), (argv, r.returncode)
