@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -242,9 +243,11 @@ def test_compose_service() -> None:
     assert all(key.startswith("DEVPLAN_") for key in svc["environment"])
     assert svc["volumes"] == [f"artifacts:{ARTIFACT_DIR}"] and "artifacts" in compose["volumes"]
     assert all(port.startswith("127.0.0.1:") for port in svc["ports"])
-    test = svc["healthcheck"]["test"]
-    assert test[:3] == ["CMD", "python3", "-c"] and "/healthz" in test[3]
-    compile(test[3], "<healthcheck>", "exec")
+    kind, command = svc["healthcheck"]["test"]
+    assert kind == "CMD-SHELL" and "/healthz" in command
+    argv = shlex.split(command)
+    assert argv[:2] == ["python3", "-c"] and len(argv) == 3
+    compile(argv[2], "<healthcheck>", "exec")
     limits = svc["deploy"]["resources"]["limits"]
     assert {"cpus", "memory"} <= set(limits)
     grace = int(svc["stop_grace_period"].rstrip("s"))
