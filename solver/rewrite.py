@@ -106,9 +106,10 @@ class Rewriter:
             return child
         result = self.memo[id(child)]
         if child_vd is not expected and child_vd != expected:
+            copied_span = result.span
             result = maybe_on_device(result, self._use(child_vd))
             result = device_copy(result, child_vd, self._use(expected), span=result.span)
-            self.copies.append((child.span, child_vd, expected))
+            self.copies.append((copied_span, child_vd, expected))
         if expected is not lexical and expected != lexical:
             result = maybe_on_device(result, self._use(expected))
         return result
