@@ -79,12 +79,17 @@ class Collector:
         self.default = default
         self.host_elem = domains.new()
         self.host = host
-        self._host_cid = domains.tag("host operator", None, "the host device")
-        domains.pin(self.host_elem, host, self._host_cid)
+        # One host class for the whole module (as TVM's host domain); each host
+        # operator call logs its own pin on it, so explanations name the call.
+        logging, domains.logging = domains.logging, False
+        domains.pin(self.host_elem, host, domains.tag("host operator", None, "the host device"))
+        domains.logging = logging
         self.doms: dict[int, Domain] = {}
         self.global_doms: dict[str, Domain] = {}
         self._keep: list[Expr] = []
         self.callee: dict[int, Domain] = {}
+        self.callee_cid: dict[int, int] = {}
+        self._last_cid: int | None = None
         self.annotation_kinds = annotation_kinds
         self.hard_count = 0
         self.soft_count = 0
@@ -110,13 +115,18 @@ class Collector:
 
     def _tag(self, kind: str, expr: Expr | None, detail: str = "") -> int:
         self.hard_count += 1
-        return self.ds.tag(kind, expr, detail)
+        cid = self.ds.tag(kind, expr, detail)
+        self._last_cid = cid
+        return cid
 
     def callee_domain(self, call: Call) -> Domain:
         found = self.callee.get(id(call))
         if found is not None:
             return found
+        self._last_cid = None
         d = self._make_callee_domain(call)
+        if self._last_cid is not None:
+            self.callee_cid[id(call)] = self._last_cid
         self.callee[id(call)] = d
         return d
 
@@ -149,6 +159,8 @@ class Collector:
                     if slot == "same":
                         slots.append(same)
                     elif slot == "host":
+                        if ds.logging:
+                            ds.pins.append((self.host_elem, self.host, cid))
                         slots.append(self.host_elem)
                     elif slot == "free":
                         slots.append(ds.free(self.shapes.of(args[i]) if i < len(args) else None))
@@ -234,6 +246,10 @@ class Collector:
             return
         implied = tuple(self.dom(a) for a in call.args) + (self.dom(call),)
         op = call.op
+        special = self.callee_cid.get(id(call))
+        if special is not None:
+            self.ds.unify(cd, tuple(self.dom(a) for a in call.args) + (self.dom(call),), special)
+            return
         if isinstance(op, Op):
             if op.name == "on_device":
                 kind = self.annotation_kinds.get(id(call), "annotation")

@@ -73,8 +73,11 @@ class PlanResult:
 
 
 def device_name(vd: VirtualDevice) -> str:
-    """Short name of a device for reports: `cpu`, `cuda:1`, `cuda scope=global`."""
-    return str(vd)
+    """Short name of a device for reports: `cpu`, `cuda:1`, `cuda (scope global.texture)`,
+    `cuda (target cuda -arch=sm_90)` when the target is not the kind's standard one."""
+    from .explain import device_text
+
+    return device_text(vd)
 
 
 # ---------------------------------------------------------------------------

@@ -88,9 +88,11 @@ class Rewriter:
             counts[key] = [vd, 1]
 
     def expressions_by_device(self) -> dict[str, int]:
+        from .explain import device_text
+
         out: Counter[str] = Counter()
         for vd, n in self._counts.values():
-            out[str(vd)] += n
+            out[device_text(vd)] += n
         return dict(out)
 
     def _use(self, vd: VirtualDevice) -> VirtualDevice:
