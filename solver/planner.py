@@ -337,14 +337,14 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
     t = time.perf_counter()
 
     table = _build_table(module, config)
-    input_table_len = len(table)
+    ref_table = list(table)  # what meta[VirtualDevice][i] in the text may refer to
     default, _, table = resolve_device(config.default_device, table)
     host, _, table = resolve_device(config.host_device, table)
     pins, table = _parse_constraints(config, table)
     functions = list(module.functions)
     feats = _scan(functions)
     if feats.meta_refs:
-        functions = _resolve_meta_refs(functions, table)
+        functions = _resolve_meta_refs(functions, ref_table)
     targets = _targets(table, default, host)
     ds = DomainSystem(targets)
     canonical = ds.canonical
@@ -423,7 +423,6 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
     meta["VirtualDevice"] = out_table
     out_module = dataclasses.replace(module, functions=tuple(out_functions), meta=meta)
     times["rewrite"] = (time.perf_counter() - t) * 1000
-    del input_table_len
 
     stats = PlanStats(
         classes=len(final_root),
