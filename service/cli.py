@@ -179,12 +179,38 @@ def _write_output(text: str, path: str | None) -> None:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
 
 
+class _Deadline(BaseException):
+    """Raised by SIGALRM when a plan overruns --timeout-ms (BaseException: no handler swallows it)."""
+
+
+def _run_with_deadline(job: Any) -> Any:
+    """run_plan under a wall-clock limit covering parse, plan and print, as the service enforces."""
+    import signal
+
+    from service.planning import deadline_s, run_plan, timeout_failure
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _Deadline
+
+    if not hasattr(signal, "setitimer"):
+        return run_plan(job)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, deadline_s(job.timeout_ms))
+    try:
+        return run_plan(job)
+    except _Deadline:
+        raise timeout_failure(job.timeout_ms) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    from service.planning import PlanFailure, run_plan
+    from service.planning import PlanFailure
 
     job = _make_job(args)
     try:
-        outcome = run_plan(job)
+        outcome = _run_with_deadline(job)
     except PlanFailure as failure:
         sys.stderr.write(failure.report.rstrip("\n") + "\n")
         return _EXIT_BY_KIND.get(failure.kind, EXIT_USAGE)
@@ -213,6 +239,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = Settings()
     except Exception as err:  # pydantic ValidationError: a bad DEVPLAN_* value
         raise UsageError(f"invalid settings: {err}") from None
+    # uvicorn handles SIGTERM/SIGINT itself (graceful shutdown), then re-raises the signal
+    # with the handler it found installed. A no-op handler here makes that re-raise
+    # harmless, so `devplan serve` returns normally and exits 0 after a clean shutdown
+    # (what the container's init expects).
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
     uvicorn.run(
         "service.main:app_factory",
         factory=True,

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 class DeviceObject(BaseModel):
     """A partially specified virtual device; every field may be left out (unconstrained)."""
 
-    model_config = ConfigDict(extra="forbid", title="DeviceObject")
+    model_config = ConfigDict(extra="forbid", strict=True, title="DeviceObject")
 
     device_type: Annotated[str, Field(min_length=1, max_length=64)] | StrictInt | None = Field(
         None, description='Device type name ("cpu", "cuda", ...) or DLPack code (1 = cpu, 2 = cuda).'
@@ -35,17 +35,17 @@ DeviceSpec = Annotated[
 
 
 class ParamSelector(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     param: str = Field(..., max_length=1024, description='A global function\'s parameter: "@main:%data".')
 
 
 class FunctionSelector(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     function: str = Field(..., max_length=1024, description='A global function\'s result: "@f".')
 
 
 class OpSelector(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     op: str = Field(..., max_length=256, description='Every call of an operator: "nn.conv2d".')
     index: int | None = Field(
         None, ge=0, description="Only the index-th call of that operator, in evaluation order."
@@ -55,7 +55,7 @@ class OpSelector(BaseModel):
 class DeviceConstraint(BaseModel):
     """A request-level pin: acts like the matching annotation in the module would."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     select: ParamSelector | FunctionSelector | OpSelector = Field(..., description="What to pin.")
     device: DeviceSpec
 
@@ -78,7 +78,7 @@ def constraint_to_plain(c: DeviceConstraint) -> dict[str, Any]:
 class PlanRequest(BaseModel):
     """A Relay module (text or TVM JSON) and the planning configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     module: str = Field(
         ...,

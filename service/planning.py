@@ -28,6 +28,20 @@ KIND_CONFLICT = "planning-conflict"
 KIND_TIMEOUT = "solver-timeout"
 KIND_INTERNAL = "internal-error"
 
+# A plan gets its time limit plus this much before it is stopped from outside
+# (worker killed, CLI alarm), so the solver's own clean time-out wins when it can.
+DEADLINE_GRACE_S = 0.2
+
+
+def deadline_s(timeout_ms: int) -> float:
+    """Wall-clock seconds a whole plan (parse, plan, print) may take."""
+    return timeout_ms / 1000 + DEADLINE_GRACE_S
+
+
+def timeout_failure(timeout_ms: int) -> PlanFailure:
+    message = f"planning did not finish within its time limit of {timeout_ms} ms"
+    return PlanFailure(KIND_TIMEOUT, message, f"error: {message}")
+
 
 @dataclass(frozen=True, slots=True)
 class PlanJob:
@@ -224,7 +238,7 @@ def run_plan(job: PlanJob) -> PlanOutcome:
         {"line": _span_lc(span)[0], "column": _span_lc(span)[1], "src": device_text(src), "dst": device_text(dst)}
         for span, src, dst in result.copies
     ]
-    functions = {str(name): _function_devices(info) for name, info in dict(result.functions).items()}
+    functions = _functions_summary(result)
     outcome = PlanOutcome(
         module=text,
         format=job.output_format,
@@ -268,19 +282,27 @@ def run_plan_safely(job: PlanJob) -> dict[str, Any]:
 # Explanations
 
 
-def _function_devices(info: Any) -> dict[str, Any]:
-    """Normalise the solver's per-function devices to {params: [{name, device}], result}."""
-    params_in = info.get("params", []) if isinstance(info, dict) else []
-    params = []
-    for i, p in enumerate(params_in):
-        if isinstance(p, dict):
-            params.append({"name": str(p.get("name", f"#{i}")), "device": device_text(p.get("device"))})
-        elif isinstance(p, (tuple, list)) and len(p) == 2:
-            params.append({"name": str(p[0]), "device": device_text(p[1])})
-        else:
-            params.append({"name": f"#{i}", "device": device_text(p)})
-    result = info.get("result") if isinstance(info, dict) else None
-    return {"params": params, "result": device_text(result)}
+def _functions_summary(result: Any) -> dict[str, Any]:
+    """{"@f": {params: [{name: "%x", device}], result}} from the solver's summary.
+
+    The solver gives device names per global (keyed by name, params in order);
+    the parameter names come from the planned module itself.
+    """
+    param_names: dict[str, list[str]] = {}
+    for gv, func in getattr(result.module, "functions", ()):
+        params = getattr(func, "params", None) or ()
+        param_names[gv.name.lstrip("@")] = [f"%{getattr(p, 'name', '?')}" for p in params]
+    out: dict[str, Any] = {}
+    for name, info in dict(result.functions).items():
+        bare = str(name).lstrip("@")
+        names = param_names.get(bare, [])
+        devices = list(info.get("params", [])) if isinstance(info, dict) else []
+        params = [
+            {"name": names[i] if i < len(names) else f"#{i}", "device": device_text(d)} for i, d in enumerate(devices)
+        ]
+        result_device = info.get("result") if isinstance(info, dict) else None
+        out[f"@{bare}"] = {"params": params, "result": device_text(result_device)}
+    return out
 
 
 def explain_success(outcome: PlanOutcome) -> list[str]:

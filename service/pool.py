@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from service.planning import KIND_INTERNAL, KIND_TIMEOUT, PlanFailure, PlanJob, run_plan_safely
+from service.planning import KIND_INTERNAL, PlanFailure, PlanJob, run_plan_safely, timeout_failure
 
 log = logging.getLogger("devplan.pool")
 
@@ -30,9 +30,8 @@ class PoolBusy(Exception):
     """No planning slot became free within the queue timeout."""
 
 
-def _timeout_result(deadline_s: float) -> dict[str, Any]:
-    message = f"planning did not finish within its time limit ({deadline_s * 1000:.0f} ms)"
-    return {"error": PlanFailure(KIND_TIMEOUT, message, f"error: {message}").as_dict()}
+def _timeout_result(job: PlanJob) -> dict[str, Any]:
+    return {"error": timeout_failure(job.timeout_ms).as_dict()}
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
@@ -140,7 +139,7 @@ class PlanPool:
             return result
         except _Overrun:
             log.warning("plan overran its deadline of %.3f s; worker %s killed", deadline_s, worker.proc.pid)
-            return _timeout_result(deadline_s)
+            return _timeout_result(job)
         except (EOFError, OSError) as err:
             log.error("planning worker %s died (%s)", worker.proc.pid, type(err).__name__)
             message = "the planning worker died while planning this module"
@@ -183,7 +182,7 @@ class PlanPool:
         try:
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
-            return _timeout_result(deadline_s)
+            return _timeout_result(job)
 
     async def close(self) -> None:
         self._closed = True

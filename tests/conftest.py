@@ -168,3 +168,17 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
     yield start
     for srv in started:
         stop_server(srv)
+
+
+def chain_module(length: int, op: str = "negative") -> str:
+    """Relay text of `@main` computing `length` chained calls: `%i = op(%i-1)` graph bindings."""
+    lines = ['#[version = "0.0.5"]', "def @main(%x: Tensor[(4), float32]) {", f"  %0 = {op}(%x);"]
+    lines += [f"  %{i} = {op}(%{i - 1});" for i in range(1, length)]
+    lines += [f"  %{length - 1}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def slow_module() -> str:
+    """A module that takes well over a second to parse and plan (30,000 chained calls)."""
+    return chain_module(30_000)

@@ -133,7 +133,10 @@ def test_swagger_ui_renders_offline_and_executes_an_example(browser: DevTools, s
     assert {"/plan", "/healthz", "/readyz", "/version", "/metrics"} <= set(paths), paths
 
     # Open POST /plan; "Try it out" is on by default, the first worked example is loaded.
-    browser.evaluate("document.querySelector('.opblock-post .opblock-summary').click()")
+    browser.evaluate(
+        "(document.querySelector('.opblock-post .opblock-summary-control')"
+        " || document.querySelector('.opblock-post .opblock-summary')).click()"
+    )
     browser.wait_for("document.querySelector('.opblock-post .btn.execute') !== null")
     example_names = browser.wait_for(
         "Array.from(document.querySelectorAll('.opblock-post .examples-select option')).map(o => o.textContent)"
@@ -144,13 +147,13 @@ def test_swagger_ui_renders_offline_and_executes_an_example(browser: DevTools, s
 
     browser.evaluate("document.querySelector('.opblock-post .btn.execute').click()")
     status = browser.wait_for(
-        "(() => { const c = document.querySelector('.opblock-post .live-responses-table .response-col_status');"
+        "(() => { const c = document.querySelector('.opblock-post .live-responses-table tr.response .response-col_status');"
         " return c ? c.textContent.trim() : null; })()",
         timeout_s=60,
     )
     assert status.startswith("200"), status
     response_text = browser.evaluate(
-        "document.querySelector('.opblock-post .live-responses-table .response-col_description').textContent"
+        "document.querySelector('.opblock-post .live-responses-table tr.response .response-col_description').textContent"
     )
     assert "virtual_device" in response_text and "expressions_by_device" in response_text
 

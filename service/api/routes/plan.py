@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.examples import PLAN_EXAMPLES
 from service.models import PlanRequest, PlanResponse, constraint_to_plain, spec_to_plain
-from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob
+from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
 from service.pool import PoolBusy
 from service.problems import (
     INTERNAL_ERROR,
@@ -28,10 +28,6 @@ from service.problems import (
 
 router = APIRouter(tags=["plan"])
 log = logging.getLogger("devplan.service")
-
-# Seconds a worker gets beyond the request's own limit, so the solver's
-# clean time-out wins over the hard kill when it can.
-DEADLINE_GRACE_S = 1.0
 
 _OUTCOME = {
     "malformed-module": "malformed",
@@ -84,7 +80,7 @@ async def plan(
     )
     metrics.in_flight.inc()
     try:
-        result = await pool.submit(job, timeout_ms / 1000 + DEADLINE_GRACE_S)
+        result = await pool.submit(job, deadline_s(timeout_ms))
     except PoolBusy:
         metrics.plans.labels("overloaded").inc()
         raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
