@@ -1,0 +1,196 @@
+"""Planner benchmark: corpus models and synthetic modules of 1k-200k nodes.
+
+Prints a table: plan time (parsing excluded) split into infer / collect /
+presolve / z3 / rewrite, presolve classes, Z3 variables and constraints, and
+peak memory (tracemalloc, measured in a second run so it does not distort the
+times). TVM 0.19's PlanDevices times (corpus README) are the yardstick.
+
+    python benchmarks/plan.py               # everything
+    python benchmarks/plan.py --quick       # sizes up to 10k, small models
+    python benchmarks/plan.py --no-memory   # skip the tracemalloc runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import relay  # noqa: E402
+import solver  # noqa: E402
+from relay.ast import Call, Function, GlobalVar, Let, Module, TensorType, Var, op  # noqa: E402
+from relay.traverse import post_order  # noqa: E402
+
+CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
+TVM_MS = {"resnet18": 27, "resnet50": 71, "mobilenet": 38, "inception_v3": 127, "densenet121": 163, "lstm": 24,
+          "chain 10000": 1000, "chain 50000": 8400, "let chain 50000": 23000}
+T = TensorType((4,), "float32")
+
+
+# ---------------------------------------------------------------------------
+# Synthetic modules (built as ASTs: no parsing, no recursion)
+
+
+def chain(n: int) -> Module:
+    """`%i = add(%i-1, %x)`: n nested calls."""
+    x = Var("x", T)
+    e = x
+    for _ in range(n):
+        e = Call(op("add"), (e, x))
+    return Module(functions=((GlobalVar("main"), Function((x,), e, T)),))
+
+
+def let_chain(n: int) -> Module:
+    """`let %vi = add(%v(i-1), %x); ...`: n nested lets (ANF)."""
+    x = Var("x", T)
+    vars_ = [Var(f"v{i}", T) for i in range(n)]
+    body: object = vars_[-1]
+    for i in range(n - 1, -1, -1):
+        prev = vars_[i - 1] if i else x
+        body = Let(vars_[i], Call(op("add"), (prev, x)), body)  # type: ignore[arg-type]
+    return Module(functions=((GlobalVar("main"), Function((x,), body, T)),))  # type: ignore[arg-type]
+
+
+def wide_dag(n: int) -> Module:
+    """n/2 independent leaves `negative(%x)` reduced by a balanced tree of adds."""
+    x = Var("x", T)
+    level = [Call(op("negative"), (x,)) for _ in range(max(1, n // 2))]
+    while len(level) > 1:
+        nxt = [Call(op("add"), (level[i], level[i + 1])) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return Module(functions=((GlobalVar("main"), Function((x,), level[0], T)),))
+
+
+def many_functions(n: int) -> Module:
+    """n/6 small globals `@fi(%a) = add(negative(%a), %a)`, called in sequence by @main."""
+    k = max(1, n // 6)
+    funcs = []
+    gvs = []
+    for i in range(k):
+        a = Var("a", T)
+        gv = GlobalVar(f"f{i}")
+        funcs.append((gv, Function((a,), Call(op("add"), (Call(op("negative"), (a,)), a)), T)))
+        gvs.append(gv)
+    x = Var("x", T)
+    e = x
+    for gv in gvs:
+        e = Call(gv, (e,))
+    return Module(functions=(*funcs, (GlobalVar("main"), Function((x,), e, T))))
+
+
+def higher_order(n: int) -> Module:
+    """Deep higher-order nesting: `let %hk = fn (%a) { %h(k-1)(%a) }` closures, k = n/5."""
+    from relay.ast import FuncType
+
+    fty = FuncType((T,), T)
+    x = Var("x", T)
+    k = max(1, n // 5)
+    hs = [Var(f"h{i}", fty) for i in range(k)]
+    a0 = Var("a", T)
+    values = [Function((a0,), Call(op("negative"), (a0,)), T)]
+    for i in range(1, k):
+        a = Var("a", T)
+        values.append(Function((a,), Call(hs[i - 1], (a,)), T))
+    body: object = Call(hs[-1], (x,))
+    for i in range(k - 1, -1, -1):
+        body = Let(hs[i], values[i], body)  # type: ignore[arg-type]
+    return Module(functions=((GlobalVar("main"), Function((x,), body, T)),))  # type: ignore[arg-type]
+
+
+SYNTHETIC: dict[str, Callable[[int], Module]] = {
+    "chain": chain,
+    "let chain": let_chain,
+    "wide dag": wide_dag,
+    "many functions": many_functions,
+    "higher-order": higher_order,
+}
+
+
+# ---------------------------------------------------------------------------
+
+
+def count_nodes(module: Module) -> int:
+    return len(post_order([f for _, f in module.functions]))
+
+
+def measure(name: str, module: Module, repeat: int, memory: bool) -> dict[str, object]:
+    config = solver.PlanConfig()
+    runs = []
+    result = None
+    for _ in range(repeat):
+        gc.collect()
+        t = time.perf_counter()
+        result = solver.plan(module, config)
+        runs.append((time.perf_counter() - t) * 1000)
+    assert result is not None
+    best = min(range(repeat), key=lambda i: runs[i])
+    del best
+    peak = None
+    if memory:
+        gc.collect()
+        tracemalloc.start()
+        solver.plan(module, config)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    s = result.stats
+    return {
+        "name": name,
+        "nodes": count_nodes(module),
+        "total": statistics.median(runs),
+        **{k: s.time_ms.get(k, 0.0) for k in ("infer", "collect", "presolve", "z3", "rewrite")},
+        "classes": s.classes,
+        "vars": s.variables,
+        "cons": s.z3_constraints + s.z3_assumptions,
+        "peak": peak,
+        "tvm": TVM_MS.get(name),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    if CORPUS.is_dir():
+        for path in sorted(CORPUS.glob("*.relay")):
+            stem = path.name[: -len(".relay")]
+            if stem.endswith(".planned") or (args.quick and path.stat().st_size > 60_000):
+                continue
+            module = relay.parse_text(path.read_text(), name=str(path))
+            rows.append(measure(stem, module, args.repeat, not args.no_memory))
+            print(f"  done {stem}", file=sys.stderr)
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 200_000]
+    for kind, build in SYNTHETIC.items():
+        for n in sizes:
+            module = build(n)
+            repeat = args.repeat if n <= 10_000 else 1
+            rows.append(measure(f"{kind} {n}", module, repeat, not args.no_memory and n <= 50_000))
+            print(f"  done {kind} {n}", file=sys.stderr)
+    header = ("case", "nodes", "total ms", "infer", "collect", "presolve", "z3", "rewrite",
+              "classes", "z3 vars", "z3 cons", "peak MiB", "TVM ms")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        peak = f"{r['peak']:.0f}" if r["peak"] is not None else "-"
+        tvm = str(r["tvm"]) if r["tvm"] is not None else ""
+        print(
+            f"| {r['name']} | {r['nodes']} | {r['total']:.0f} | {r['infer']:.0f} | {r['collect']:.0f} | "
+            f"{r['presolve']:.0f} | {r['z3']:.0f} | {r['rewrite']:.0f} | {r['classes']} | {r['vars']} | "
+            f"{r['cons']} | {peak} | {tvm} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
