@@ -46,7 +46,9 @@ def percentile(values: list[float], q: float) -> float:
 # Load generator (runs in its own process)
 
 
-async def _load(url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int) -> dict[str, Any]:
+async def _load(
+    url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int
+) -> dict[str, Any]:
     import httpx
 
     latencies: list[float] = []
@@ -78,12 +80,16 @@ async def _load(url: str, body: dict[str, Any], concurrency: int, duration_s: fl
     return {"latencies": latencies, "errors": errors, "wall_s": wall}
 
 
-def _loadgen_main(conn: Any, url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int) -> None:
+def _loadgen_main(
+    conn: Any, url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int
+) -> None:
     conn.send(asyncio.run(_load(url, body, concurrency, duration_s, min_requests)))
     conn.close()
 
 
-def run_load(url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int) -> dict[str, Any]:
+def run_load(
+    url: str, body: dict[str, Any], concurrency: int, duration_s: float, min_requests: int
+) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_loadgen_main, args=(child, url, body, concurrency, duration_s, min_requests))
@@ -110,7 +116,9 @@ def start_server(pool_size: int | None) -> tuple[subprocess.Popen[bytes], str]:
     env = dict(os.environ, DEVPLAN_PORT=str(port), DEVPLAN_HOST="127.0.0.1", DEVPLAN_LOG_LEVEL="warning")
     if pool_size:
         env["DEVPLAN_POOL_SIZE"] = str(pool_size)
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -151,7 +159,9 @@ def direct_ms(module: str, repeat: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", help="benchmark a running server instead of starting one")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per cell (default 8)")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated levels (default 1,8,32)")
@@ -175,7 +185,9 @@ def main() -> int:
         import httpx
 
         ready = httpx.get(url + "/readyz", timeout=30).json()
-        print(f"server {url}, pool {ready.get('pool')}, {os.cpu_count()} CPUs, duration {args.duration} s per cell\n")
+        print(
+            f"server {url}, pool {ready.get('pool')}, {os.cpu_count()} CPUs, duration {args.duration} s per cell\n"
+        )
         print("| module | concurrency | requests | req/s | p50 ms | p99 ms | errors |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
         small_p50_c1 = None
@@ -190,7 +202,10 @@ def main() -> int:
                 p50 = percentile(lat, 50)
                 if name.startswith("small") and c == 1:
                     small_p50_c1 = p50
-                print(f"| {name} | {c} | {len(lat)} | {rps:.1f} | {p50:.1f} | {percentile(lat, 99):.1f} | {errors} |", flush=True)
+                print(
+                    f"| {name} | {c} | {len(lat)} | {rps:.1f} | {p50:.1f} | {percentile(lat, 99):.1f} | {errors} |",
+                    flush=True,
+                )
         full_ms, plan_ms = direct_ms(PLAIN, 50)
         print()
         print("| small module, median of 50 | ms |")

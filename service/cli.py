@@ -52,9 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
     p.add_argument("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
-    p.add_argument("--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table")
-    p.add_argument("--default-device", metavar="SPEC", default="cuda", help="device for anything left free (default cuda)")
-    p.add_argument("--host-device", metavar="SPEC", default="cpu", help="host device for shape values (default cpu)")
+    p.add_argument(
+        "--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table"
+    )
+    p.add_argument(
+        "--default-device",
+        metavar="SPEC",
+        default="cuda",
+        help="device for anything left free (default cuda)",
+    )
+    p.add_argument(
+        "--host-device", metavar="SPEC", default="cpu", help="host device for shape values (default cpu)"
+    )
     p.add_argument(
         "--constraint",
         metavar="JSON",
@@ -62,10 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help='request-level pin, e.g. \'{"select": {"op": "nn.dense"}, "device": "cpu"}\' (repeatable)',
     )
-    p.add_argument("--timeout-ms", metavar="N", type=int, default=10_000, help="solver time limit (default 10000)")
+    p.add_argument(
+        "--timeout-ms", metavar="N", type=int, default=10_000, help="solver time limit (default 10000)"
+    )
     p.add_argument("--output", metavar="FILE", help="write the planned module here instead of stdout")
-    p.add_argument("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
-    p.add_argument("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
+    p.add_argument(
+        "--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON"
+    )
+    p.add_argument(
+        "--explain", action="store_true", help="print devices of globals and inserted copies on stderr"
+    )
 
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
     s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
@@ -73,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, help="uvicorn worker processes (DEVPLAN_WORKERS, default 1)")
     s.add_argument("--pool-size", type=int, help="concurrent plans per worker (DEVPLAN_POOL_SIZE)")
     s.add_argument(
-        "--log-level", choices=("critical", "error", "warning", "info", "debug"), help="DEVPLAN_LOG_LEVEL (default info)"
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="DEVPLAN_LOG_LEVEL (default info)",
     )
     return parser
 
@@ -230,14 +247,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.config import Settings, get_settings
     from service.logs import log_config
 
-    overrides = {"HOST": args.host, "PORT": args.port, "WORKERS": args.workers, "POOL_SIZE": args.pool_size, "LOG_LEVEL": args.log_level}
+    overrides = {
+        "HOST": args.host,
+        "PORT": args.port,
+        "WORKERS": args.workers,
+        "POOL_SIZE": args.pool_size,
+        "LOG_LEVEL": args.log_level,
+    }
     for key, value in overrides.items():
         if value is not None:
             os.environ[f"DEVPLAN_{key}"] = str(value)  # worker processes read the same settings
     get_settings.cache_clear()
     try:
         settings = Settings()
-    except Exception as err:  # pydantic ValidationError: a bad DEVPLAN_* value
+    except Exception as err:  # noqa: BLE001 - pydantic ValidationError: a bad DEVPLAN_* value
         raise UsageError(f"invalid settings: {err}") from None
     # uvicorn handles SIGTERM/SIGINT itself (graceful shutdown), then re-raises the signal
     # with the handler it found installed. A no-op handler here makes that re-raise
@@ -278,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
-    except Exception as err:  # last resort: a bug, reported without a traceback
+    except Exception as err:  # noqa: BLE001 - last resort: a bug, reported without a traceback
         sys.stderr.write(f"devplan: internal error: {type(err).__name__}: {err}\n")
         return EXIT_USAGE
 

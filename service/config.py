@@ -47,7 +47,9 @@ class Settings(BaseSettings):
     graceful_timeout_s: int = Field(
         10, ge=0, description="On SIGTERM, how long uvicorn waits for in-flight requests before closing them."
     )
-    artifact_dir: Path = Field(Path("artifacts"), description="Where compiled artifacts are stored (/compile).")
+    artifact_dir: Path = Field(
+        Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
+    )
 
 
 @lru_cache(maxsize=1)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # The *_created series double the output and no dashboard of ours reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -23,7 +30,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "devplan_http_requests", "HTTP requests by route, method and status.", ("route", "method", "status"), registry=r
+            "devplan_http_requests",
+            "HTTP requests by route, method and status.",
+            ("route", "method", "status"),
+            registry=r,
         )
         self.latency = Histogram(
             "devplan_http_request_duration_seconds",
@@ -33,7 +43,9 @@ class Metrics:
             registry=r,
         )
         self.plans = Counter("devplan_plans", "Planning requests by outcome.", ("outcome",), registry=r)
-        self.conflicts = Counter("devplan_plan_conflicts", "Plans rejected with a device conflict.", registry=r)
+        self.conflicts = Counter(
+            "devplan_plan_conflicts", "Plans rejected with a device conflict.", registry=r
+        )
         self.timeouts = Counter("devplan_plan_timeouts", "Plans that exceeded their time limit.", registry=r)
         self.solver_seconds = Histogram(
             "devplan_solver_seconds",

@@ -24,7 +24,13 @@ _QUIET_ROUTES = {"/healthz", "/readyz", "/metrics"}
 
 class ServiceMiddleware:
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, known_paths: set[str], mount_prefixes: set[str]
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        known_paths: set[str],
+        mount_prefixes: set[str],
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -46,7 +52,9 @@ class ServiceMiddleware:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode("latin-1"))]
+                message["headers"] = list(message["headers"]) + [
+                    (b"x-request-id", request_id.encode("latin-1"))
+                ]
             await send(message)
 
         try:
@@ -61,18 +69,27 @@ class ServiceMiddleware:
             status = str(status_holder["status"])
             self.metrics.requests.labels(route, scope["method"], status).inc()
             self.metrics.latency.labels(route, scope["method"], status).observe(elapsed)
-            level = logging.DEBUG if route in _QUIET_ROUTES and status_holder["status"] < 400 else logging.INFO
+            level = (
+                logging.DEBUG if route in _QUIET_ROUTES and status_holder["status"] < 400 else logging.INFO
+            )
             log.log(
                 level,
                 "%s %s %s",
                 scope["method"],
                 scope["path"],
                 status,
-                extra={"method": scope["method"], "path": scope["path"], "status": status_holder["status"], "duration_ms": round(elapsed * 1000, 3)},
+                extra={
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status_holder["status"],
+                    "duration_ms": round(elapsed * 1000, 3),
+                },
             )
             reset_request_id(token)
 
-    async def _limited_receive(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Receive | None:
+    async def _limited_receive(
+        self, scope: Scope, receive: Receive, headers: dict[str, str]
+    ) -> Receive | None:
         """Buffer the body up to the limit; None when it is (or announces to be) larger."""
         if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             return receive

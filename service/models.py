@@ -97,7 +97,9 @@ class PlanRequest(BaseModel):
     default_device: DeviceSpec = Field("cuda", description="Device for everything left free.")
     host_device: DeviceSpec = Field("cpu", description="Where shape values live (a cpu).")
     constraints: list[DeviceConstraint] = Field(
-        default_factory=list, max_length=4096, description="Request-level pins, named `constraint #k` in conflicts."
+        default_factory=list,
+        max_length=4096,
+        description="Request-level pins, named `constraint #k` in conflicts.",
     )
     timeout_ms: int | None = Field(
         None, ge=1, le=600_000, description="Planning time limit; the server's default when absent."
@@ -138,7 +140,9 @@ class FunctionDevicesOut(BaseModel):
 
 class PlanSummary(BaseModel):
     device_copies: list[DeviceCopyOut] = Field(..., description="Copies inserted by the planner.")
-    expressions_by_device: dict[str, int] = Field(..., description="How many expressions landed on each device.")
+    expressions_by_device: dict[str, int] = Field(
+        ..., description="How many expressions landed on each device."
+    )
     functions: dict[str, FunctionDevicesOut] = Field(..., description="Global function name -> devices.")
 
 
@@ -147,7 +151,9 @@ class SolverStats(BaseModel):
     variables: int = Field(..., description="Z3 variables (at most classes x fields).")
     hard_constraints: int
     soft_constraints: int
-    time_ms: dict[str, float] = Field(..., description="Milliseconds per phase (parse, infer, collect, ..., print).")
+    time_ms: dict[str, float] = Field(
+        ..., description="Milliseconds per phase (parse, infer, collect, ..., print)."
+    )
 
 
 class PlanResponse(BaseModel):

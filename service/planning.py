@@ -19,7 +19,7 @@ import solver
 log = logging.getLogger("devplan.planning")
 
 Format = Literal["text", "json"]
-DeviceSpec = str | int | dict[str, Any]
+DeviceSpec = str | dict[str, Any]
 
 # Error kinds; the service maps each to a problem type, the CLI to an exit code.
 KIND_MALFORMED = "malformed-module"
@@ -166,7 +166,7 @@ def detect_format(text: str) -> Format:
     return "json" if text.lstrip()[:1] == "{" else "text"
 
 
-def parse_module(job: PlanJob) -> relay.Module:
+def parse_module(job: PlanJob) -> Any:
     """Text or TVM JSON -> verified Module; raises PlanFailure(malformed-module)."""
     fmt = job.input_format or detect_format(job.module)
     try:
@@ -178,7 +178,9 @@ def parse_module(job: PlanJob) -> relay.Module:
     except relay.RelayError as err:
         raise _relay_failure(KIND_MALFORMED, err) from None
     except RecursionError:
-        raise PlanFailure(KIND_MALFORMED, "module nests too deeply to read", "error: module nests too deeply to read") from None
+        raise PlanFailure(
+            KIND_MALFORMED, "module nests too deeply to read", "error: module nests too deeply to read"
+        ) from None
     except Exception as err:  # a reader bug must not become a 500 for the client
         log.exception("reader failed on client input")
         message = f"could not read the module ({type(err).__name__}: {err})"
@@ -212,7 +214,9 @@ def run_plan(job: PlanJob) -> PlanOutcome:
     except solver.PlanningConflict as err:
         raise _conflict_failure(err) from None
     except solver.SolverTimeout as err:
-        message = str(getattr(err, "message", None) or err) or f"solver time limit of {job.timeout_ms} ms exceeded"
+        message = (
+            str(getattr(err, "message", None) or err) or f"solver time limit of {job.timeout_ms} ms exceeded"
+        )
         raise PlanFailure(KIND_TIMEOUT, message, f"error: {message}") from None
     except solver.PlanConfigError as err:
         message = str(err)
@@ -222,7 +226,9 @@ def run_plan(job: PlanJob) -> PlanOutcome:
         # (e.g. a malformed annotation): the module is at fault, not the server.
         raise _relay_failure(KIND_MALFORMED, err) from None
     except RecursionError:
-        raise PlanFailure(KIND_MALFORMED, "module nests too deeply to plan", "error: module nests too deeply to plan") from None
+        raise PlanFailure(
+            KIND_MALFORMED, "module nests too deeply to plan", "error: module nests too deeply to plan"
+        ) from None
     t2 = time.perf_counter()
     if job.output_format == "json":
         text = relay.dump_json(result.module)
@@ -235,7 +241,12 @@ def run_plan(job: PlanJob) -> PlanOutcome:
     time_ms["parse"] = round((t1 - t0) * 1000, 3)
     time_ms["print"] = round((t3 - t2) * 1000, 3)
     copies = [
-        {"line": _span_lc(span)[0], "column": _span_lc(span)[1], "src": device_text(src), "dst": device_text(dst)}
+        {
+            "line": _span_lc(span)[0],
+            "column": _span_lc(span)[1],
+            "src": device_text(src),
+            "dst": device_text(dst),
+        }
         for span, src, dst in result.copies
     ]
     functions = _functions_summary(result)
@@ -298,7 +309,8 @@ def _functions_summary(result: Any) -> dict[str, Any]:
         names = param_names.get(bare, [])
         devices = list(info.get("params", [])) if isinstance(info, dict) else []
         params = [
-            {"name": names[i] if i < len(names) else f"#{i}", "device": device_text(d)} for i, d in enumerate(devices)
+            {"name": names[i] if i < len(names) else f"#{i}", "device": device_text(d)}
+            for i, d in enumerate(devices)
         ]
         result_device = info.get("result") if isinstance(info, dict) else None
         out[f"@{bare}"] = {"params": params, "result": device_text(result_device)}

@@ -54,7 +54,9 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
 class _Worker:
     def __init__(self, ctx: Any, log_level: str) -> None:
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, log_level), daemon=True, name="devplan-plan")
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child, log_level), daemon=True, name="devplan-plan"
+        )
         self.proc.start()
         child.close()
         self.conn: multiprocessing.connection.Connection = parent
@@ -81,7 +83,9 @@ class _Overrun(Exception):
 class PlanPool:
     """`await pool.submit(job, deadline_s)` -> run_plan_safely's dict, never raising for the job's sake."""
 
-    def __init__(self, size: int, kind: str = "process", queue_timeout_s: float = 60.0, log_level: str = "info") -> None:
+    def __init__(
+        self, size: int, kind: str = "process", queue_timeout_s: float = 60.0, log_level: str = "info"
+    ) -> None:
         self.size = size
         self.kind = kind
         self.queue_timeout_s = queue_timeout_s
@@ -104,7 +108,9 @@ class PlanPool:
             return
         self._idle = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        workers = await asyncio.gather(*(loop.run_in_executor(self._threads, self._spawn) for _ in range(self.size)))
+        workers = await asyncio.gather(
+            *(loop.run_in_executor(self._threads, self._spawn) for _ in range(self.size))
+        )
         for w in workers:
             self._idle.put_nowait(w)
 

@@ -94,7 +94,11 @@ def problem_body(kind: ProblemKind, detail: str | None, instance: str | None, **
 
 
 def problem_response(
-    kind: ProblemKind, detail: str | None = None, instance: str | None = None, headers: dict[str, str] | None = None, **extra: Any
+    kind: ProblemKind,
+    detail: str | None = None,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
 ) -> JSONResponse:
     return JSONResponse(
         problem_body(kind, detail, instance, **extra),
@@ -119,7 +123,11 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     """FastAPI's validation errors without the raw input echoed back (it can be 32 MiB)."""
     out = []
     for e in errors:
-        item = {"loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        item = {
+            "loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
         out.append(item)
     return out
 
@@ -147,7 +155,9 @@ def install_handlers(app: FastAPI) -> None:
             # FastAPI's "There was an error parsing the body" (e.g. bytes that are not UTF-8):
             # the body is not the documented JSON, i.e. a schema violation like any other.
             errors = [{"loc": ["body"], "msg": "the body is not valid JSON text", "type": "json_invalid"}]
-            return problem_response(VALIDATION_ERROR, "body: the body is not valid JSON text", request.url.path, errors=errors)
+            return problem_response(
+                VALIDATION_ERROR, "body: the body is not valid JSON text", request.url.path, errors=errors
+            )
         kind = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 413: REQUEST_TOO_LARGE}.get(exc.status_code)
         if kind is None:
             kind = ProblemKind(f"http-{exc.status_code}", exc.status_code, str(exc.detail or "HTTP error"))
@@ -157,7 +167,9 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled exception on %s %s", request.method, request.url.path, exc_info=exc)
-        return problem_response(INTERNAL_ERROR, "unexpected server error; see the server log", request.url.path)
+        return problem_response(
+            INTERNAL_ERROR, "unexpected server error; see the server log", request.url.path
+        )
 
 
 def problem_responses(*kinds: ProblemKind) -> dict[int | str, dict[str, Any]]:

@@ -42,7 +42,7 @@ def gpu_available() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and "GPU" in out.stdout
@@ -98,7 +98,9 @@ class RunningServer:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
-def start_server(log_path: Path, env_overrides: dict[str, str] | None = None, ready_timeout_s: float = 120.0) -> RunningServer:
+def start_server(
+    log_path: Path, env_overrides: dict[str, str] | None = None, ready_timeout_s: float = 120.0
+) -> RunningServer:
     """Start `python -m service.cli serve` on a free port and wait until /readyz answers 200."""
     import httpx
 
@@ -106,21 +108,22 @@ def start_server(log_path: Path, env_overrides: dict[str, str] | None = None, re
     env = dict(os.environ)
     env.update({"DEVPLAN_HOST": "127.0.0.1", "DEVPLAN_PORT": str(port), "DEVPLAN_LOG_LEVEL": "info"})
     env.update(env_overrides or {})
-    log_file = open(log_path, "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log_file.close()
+    with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = RunningServer(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + ready_timeout_s
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"devplan serve exited with {process.returncode}:\n{server.log_text()[-4000:]}")
+            raise RuntimeError(
+                f"devplan serve exited with {process.returncode}:\n{server.log_text()[-4000:]}"
+            )
         try:
             if httpx.get(server.base_url + "/readyz", timeout=10).status_code == 200:
                 return server
@@ -128,7 +131,9 @@ def start_server(log_path: Path, env_overrides: dict[str, str] | None = None, re
             pass
         if time.monotonic() > deadline:
             stop_server(server)
-            raise RuntimeError(f"devplan serve not ready after {ready_timeout_s} s:\n{server.log_text()[-4000:]}")
+            raise RuntimeError(
+                f"devplan serve not ready after {ready_timeout_s} s:\n{server.log_text()[-4000:]}"
+            )
         time.sleep(0.2)
 
 

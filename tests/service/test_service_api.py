@@ -106,7 +106,9 @@ def test_json_input_is_detected(client: Any, corpus_dir: Path) -> None:
     from_text = client.post("/plan", json={"module": (corpus_dir / "mlp.relay").read_text()})
     assert from_json.status_code == 200, from_json.text
     assert from_text.status_code == 200, from_text.text
-    assert relay.structural_equal(relay.parse_text(from_json.json()["module"]), relay.parse_text(from_text.json()["module"]))
+    assert relay.structural_equal(
+        relay.parse_text(from_json.json()["module"]), relay.parse_text(from_text.json()["module"])
+    )
 
 
 def test_corpus_model_matches_tvm(client: Any, corpus_dir: Path) -> None:
@@ -210,8 +212,12 @@ def test_body_too_large_streamed_without_length(make_client: Any) -> None:
 
 def test_time_limit_is_504_and_the_pool_recovers(client: Any, slow_module: str) -> None:
     start = time.perf_counter()
-    body = assert_problem(client.post("/plan", json={"module": slow_module, "timeout_ms": 1}), 504, "solver-timeout")
-    assert time.perf_counter() - start < 1.0, "the worker is stopped at the deadline, not at the end of the plan"
+    body = assert_problem(
+        client.post("/plan", json={"module": slow_module, "timeout_ms": 1}), 504, "solver-timeout"
+    )
+    assert time.perf_counter() - start < 1.0, (
+        "the worker is stopped at the deadline, not at the end of the plan"
+    )
     assert "1 ms" in body["detail"]
     # The killed worker is replaced: both slots plan again.
     statuses = [client.post("/plan", json=example("plain")).status_code for _ in range(4)]
@@ -234,7 +240,7 @@ ODD_BODIES: list[Any] = [
     json.dumps({"module": "\x00\x01\x02"}).encode(),
     json.dumps({"module": "def @main() { " + "(" * 20_000 + " }"}).encode(),
     json.dumps({"module": "{" * 1000}).encode(),
-    json.dumps({"module": "{\"root\": 1, \"nodes\": [{\"type_key\": \"NoSuchNode\"}]}"}).encode(),
+    json.dumps({"module": '{"root": 1, "nodes": [{"type_key": "NoSuchNode"}]}'}).encode(),
     json.dumps({"module": "fn"}).encode(),
     json.dumps({"module": PLAIN, "timeout_ms": 10**30}).encode(),
     json.dumps({"module": PLAIN, "virtual_devices": [{"target": {"kind": 5}}]}).encode(),
@@ -244,7 +250,9 @@ ODD_BODIES: list[Any] = [
     json.dumps({"module": PLAIN, "host_device": "cuda"}).encode(),
     json.dumps({"module": CPU_ANNOTATION}).encode(),  # meta[VirtualDevice] without a table
     json.dumps({"module": CPU_ANNOTATION, "virtual_devices": ["cpu"]}).encode(),  # index past the table
-    json.dumps({"module": CONFLICT, "constraints": [{"select": {"op": "negative", "index": 7}, "device": "cpu"}]}).encode(),
+    json.dumps(
+        {"module": CONFLICT, "constraints": [{"select": {"op": "negative", "index": 7}, "device": "cpu"}]}
+    ).encode(),
 ]
 
 
@@ -259,7 +267,9 @@ def test_odd_inputs_never_500(client: Any, raw: bytes) -> None:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-@given(text=st.text(alphabet=st.sampled_from(list('def@main%x(){}[]:;,=."0123 fnletif\n#meta')), max_size=200))
+@given(
+    text=st.text(alphabet=st.sampled_from(list('def@main%x(){}[]:;,=."0123 fnletif\n#meta')), max_size=200)
+)
 def test_random_modules_never_500(client: Any, text: str) -> None:
     r = client.post("/plan", json={"module": text})
     assert r.status_code in (200, 400, 422), r.text
@@ -310,7 +320,9 @@ def test_metrics_count_requests_plans_and_conflicts(make_client: Any) -> None:
 
 
 def test_request_id_is_echoed_or_generated(client: Any) -> None:
-    assert client.get("/healthz", headers={"X-Request-ID": "ci-job-42"}).headers["x-request-id"] == "ci-job-42"
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "ci-job-42"}).headers["x-request-id"] == "ci-job-42"
+    )
     generated = client.get("/healthz").headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", generated)
     # A header that is not a sane token is replaced, not echoed into logs and responses.

@@ -28,7 +28,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 def devplan(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real console entry point in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *argv], input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-m", "service.cli", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
     )
 
 
@@ -177,7 +183,9 @@ def test_unreadable_input_exits_1(capsys: Any, tmp_path: Path) -> None:
 
 def test_unwritable_output_exits_1(capsys: Any, write: Any, tmp_path: Path) -> None:
     path = write("plain.relay", PLAIN)
-    code, _, err = run_cli(capsys, "plan", path, "--output", str(tmp_path / "no" / "such" / "dir" / "out.relay"))
+    code, _, err = run_cli(
+        capsys, "plan", path, "--output", str(tmp_path / "no" / "such" / "dir" / "out.relay")
+    )
     assert code == 1
     assert "cannot write" in err
 
@@ -187,7 +195,9 @@ def test_unwritable_output_exits_1(capsys: Any, write: Any, tmp_path: Path) -> N
 
 
 def test_parse_error_exits_2_with_location(capsys: Any, write: Any) -> None:
-    path = write("bad.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%x\n}\n')
+    path = write(
+        "bad.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%x\n}\n'
+    )
     code, out, err = run_cli(capsys, "plan", path)
     assert code == 2
     assert out == ""
@@ -196,7 +206,9 @@ def test_parse_error_exits_2_with_location(capsys: Any, write: Any) -> None:
 
 
 def test_verify_error_exits_2(capsys: Any, write: Any) -> None:
-    path = write("unbound.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%y)\n}\n')
+    path = write(
+        "unbound.relay", '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%y)\n}\n'
+    )
     code, _, err = run_cli(capsys, "plan", path)
     assert code == 2
     assert ":3:" in err
@@ -219,7 +231,9 @@ def test_conflict_exits_3_with_one_line_per_constraint(capsys: Any, write: Any) 
     assert lines[0].startswith("error: ")
     located = [line for line in lines[1:] if f"{path}:" in line]
     assert len(located) >= 2, err
-    assert any(f"{path}:2:" in line for line in located) and any(f"{path}:3:" in line for line in located), err
+    assert any(f"{path}:2:" in line for line in located) and any(f"{path}:3:" in line for line in located), (
+        err
+    )
 
 
 def test_conflict_explanation_printed_with_or_without_explain(capsys: Any, write: Any) -> None:

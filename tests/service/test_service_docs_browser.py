@@ -87,7 +87,13 @@ def browser(tmp_path: Path, free_port: int) -> Iterator[DevTools]:
     if binary is None:
         pytest.skip("chromium is not installed (.ci/run installs Debian's chromium with apt-get)")
     proc = subprocess.Popen(
-        [binary, *FLAGS, f"--remote-debugging-port={free_port}", f"--user-data-dir={tmp_path / 'profile'}", "about:blank"],
+        [
+            binary,
+            *FLAGS,
+            f"--remote-debugging-port={free_port}",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "about:blank",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -158,7 +164,9 @@ def test_swagger_ui_renders_offline_and_executes_an_example(browser: DevTools, s
     assert "virtual_device" in response_text and "expressions_by_device" in response_text
 
     # Nothing was loaded from anywhere but this server.
-    urls = [e["params"]["request"]["url"] for e in browser.events if e["method"] == "Network.requestWillBeSent"]
+    urls = [
+        e["params"]["request"]["url"] for e in browser.events if e["method"] == "Network.requestWillBeSent"
+    ]
     assert urls, "no network events recorded"
     foreign = [u for u in urls if not u.startswith(server.base_url) and not u.startswith("data:")]
     assert not foreign, foreign

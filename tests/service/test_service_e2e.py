@@ -28,6 +28,7 @@ def cli_plan(module: str, *flags: str) -> subprocess.CompletedProcess[str]:
         text=True,
         cwd=ROOT,
         timeout=300,
+        check=False,
     )
 
 
@@ -80,7 +81,9 @@ def test_request_id_and_json_logs(server: Any) -> None:
 
     r = httpx.get(server.base_url + "/healthz", headers={"X-Request-ID": "e2e-log-check"})
     assert r.headers["x-request-id"] == "e2e-log-check"
-    httpx.post(server.base_url + "/plan", json={"module": "def @main("}, headers={"X-Request-ID": "e2e-bad-module"})
+    httpx.post(
+        server.base_url + "/plan", json={"module": "def @main("}, headers={"X-Request-ID": "e2e-bad-module"}
+    )
     time.sleep(0.2)
     records = [json.loads(line) for line in server.log_text().splitlines() if line.startswith("{")]
     assert records, "the server logs JSON lines"

@@ -45,7 +45,12 @@ async def version() -> VersionResponse:
     operation_id="metrics",
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}},
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "Prometheus text format",
+        }
+    },
 )
 async def metrics(m: MetricsDep) -> Response:
     return Response(m.render(), media_type=m.content_type)

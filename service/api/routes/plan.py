@@ -60,7 +60,7 @@ _OUTCOME = {
     ),
 )
 async def plan(
-    request: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],  # type: ignore[arg-type]
+    request: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],
     settings: SettingsDep,
     pool: PoolDep,
     metrics: MetricsDep,
