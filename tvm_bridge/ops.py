@@ -68,6 +68,11 @@ def plain_value(value: Any, resolve_meta: Callable[[MetaRef], Any]) -> Any:
             return _number(value["repr_str"])
         if "value" in value:
             return plain_value(value["value"], resolve_meta)
+    boxed = getattr(value, "boxed_value", None)
+    if callable(boxed):  # relay.tvm_json's opaque runtime.Box* objects
+        unboxed = boxed()
+        if unboxed is not None:
+            return unboxed
     for name in ("value", "repr_str"):
         inner = getattr(value, name, None)
         if inner is not None and not isinstance(value, (int, float, str, bool)):

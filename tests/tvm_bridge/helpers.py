@@ -114,6 +114,10 @@ def split_plan(
     nodes = [n for n in post_order(main.body) if isinstance(n, (ast.Call, ast.Tuple, ast.TupleGetItem))]
     nodes = [n for n in nodes if not isinstance(n, ast.Op)]
     device: dict[int, VirtualDevice] = {id(n): (first if i < prefix else rest) for i, n in enumerate(nodes)}
+    for n in post_order(main.body):
+        if isinstance(n, ast.Let):  # a let variable lives where its value was computed
+            if id(n.value) in device:
+                device[id(n.var)] = device[id(n.value)]
     for n in nodes:
         for kid in children(n):
             if isinstance(kid, ast.Var) and id(kid) not in device:

@@ -12,7 +12,7 @@ from relay import ast
 
 from .helpers import CORPUS, CPU0, CUDA0, load_corpus, random_inputs, retarget, split_plan
 
-DEFAULT_MODELS = ["mlp", "dqn", "resnet18"]
+DEFAULT_MODELS = ["mlp", "dqn", "resnet18", "mlp.bound"]
 OTHER_MODELS = [
     "resnet50",
     "resnet3d_18",
@@ -26,13 +26,14 @@ OTHER_MODELS = [
     "lstm",
     "synthetic",
     "resnet18.fused",
+    "squeezenet.bound",
 ]
 MODELS = [pytest.param(m) for m in DEFAULT_MODELS] + [pytest.param(m, marks=pytest.mark.slow) for m in OTHER_MODELS]
 
 PLANNED = ["mlp.annotated.planned", "resnet18.annotated.planned"]
 OTHER_PLANNED = [
     f"{m}.planned" for m in ["mlp", "dqn", "resnet18", "lstm", "squeezenet", "mobilenet", "dcgan", "resnet3d_18"]
-] + ["lstm.annotated.planned", "mobilenet.anf.planned", "resnet18.fused.planned"]
+] + ["lstm.annotated.planned", "mobilenet.anf.planned", "resnet18.fused.planned", "mlp.bound.planned"]
 
 
 def _max_error(a: object, b: object) -> float:
