@@ -18,20 +18,29 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import relay  # noqa: E402
-import solver  # noqa: E402
-from relay.ast import Call, Function, GlobalVar, Let, Module, TensorType, Var, op  # noqa: E402
-from relay.traverse import post_order  # noqa: E402
+import relay
+import solver
+from relay.ast import Call, Function, GlobalVar, Let, Module, TensorType, Var, op
+from relay.traverse import post_order
 
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
-TVM_MS = {"resnet18": 27, "resnet50": 71, "mobilenet": 38, "inception_v3": 127, "densenet121": 163, "lstm": 24,
-          "chain 10000": 1000, "chain 50000": 8400, "let chain 50000": 23000}
+TVM_MS = {
+    "resnet18": 27,
+    "resnet50": 71,
+    "mobilenet": 38,
+    "inception_v3": 127,
+    "densenet121": 163,
+    "lstm": 24,
+    "chain 10000": 1000,
+    "chain 50000": 8400,
+    "let chain 50000": 23000,
+}
 T = TensorType((4,), "float32")
 
 
@@ -157,7 +166,9 @@ def measure(name: str, module: Module, repeat: int, memory: bool) -> dict[str, o
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
@@ -178,8 +189,21 @@ def main() -> None:
             repeat = args.repeat if n <= 10_000 else 1
             rows.append(measure(f"{kind} {n}", module, repeat, not args.no_memory and n <= 50_000))
             print(f"  done {kind} {n}", file=sys.stderr)
-    header = ("case", "nodes", "total ms", "infer", "collect", "presolve", "z3", "rewrite",
-              "classes", "z3 vars", "z3 cons", "peak MiB", "TVM ms")
+    header = (
+        "case",
+        "nodes",
+        "total ms",
+        "infer",
+        "collect",
+        "presolve",
+        "z3",
+        "rewrite",
+        "classes",
+        "z3 vars",
+        "z3 cons",
+        "peak MiB",
+        "TVM ms",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for r in rows:

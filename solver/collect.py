@@ -9,7 +9,8 @@ with its kind and expression (hence its span) for explanations.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from relay.ast import (
     Call,
@@ -140,8 +141,16 @@ class Collector:
                 cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
                 shape = self.shapes.of(args[0])
                 vd = od.virtual_device if isinstance(od.virtual_device, VirtualDevice) else _FREE
-                body = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_body and not vd.is_fully_unconstrained else ds.free(shape)
-                res = ds.for_device(shape, ds.canonical(vd), cid) if od.constrain_result and not vd.is_fully_unconstrained else ds.free(shape)
+                body = (
+                    ds.for_device(shape, ds.canonical(vd), cid)
+                    if od.constrain_body and not vd.is_fully_unconstrained
+                    else ds.free(shape)
+                )
+                res = (
+                    ds.for_device(shape, ds.canonical(vd), cid)
+                    if od.constrain_result and not vd.is_fully_unconstrained
+                    else ds.free(shape)
+                )
                 return (body, res)
             dc = device_copy_props(call) if op.name == "device_copy" else None
             if dc is not None:
@@ -149,7 +158,10 @@ class Collector:
                 shape = self.shapes.of(args[0])
                 src = dc.src if isinstance(dc.src, VirtualDevice) else _FREE
                 dst = dc.dst if isinstance(dc.dst, VirtualDevice) else _FREE
-                return (ds.for_device(shape, ds.canonical(src), cid), ds.for_device(shape, ds.canonical(dst), cid))
+                return (
+                    ds.for_device(shape, ds.canonical(src), cid),
+                    ds.for_device(shape, ds.canonical(dst), cid),
+                )
             sig = OPERATOR_SIGNATURES.get(op.name)
             if sig is not None and len(sig) == len(args) + 1:
                 cid = self._tag("host operator", call, op.name)
@@ -207,7 +219,9 @@ class Collector:
                 self.ds.unify(self.dom(node), self.ds.for_device(shape, vd, cid), cid)
             else:  # function result
                 func = node
-                self.ds.unify(self.dom(func.body), self.ds.for_device(self.shapes.of(func.body), vd, cid), cid)
+                self.ds.unify(
+                    self.dom(func.body), self.ds.for_device(self.shapes.of(func.body), vd, cid), cid
+                )
 
     def _walk(self, root: Expr, seen: set[int]) -> None:
         stack: list[Expr] = [root]
@@ -273,7 +287,9 @@ class Collector:
         ds = self.ds
         fd = self.dom(func)
         if not isinstance(fd, tuple) or len(fd) != len(func.params) + 1:
-            new = ds.free(FnShape(tuple(self.shapes.var.get(id(p)) for p in func.params), self.shapes.of(func.body)))
+            new = ds.free(
+                FnShape(tuple(self.shapes.var.get(id(p)) for p in func.params), self.shapes.of(func.body))
+            )
             ds.unify(fd, new, self._tag("function", func))
             fd = new
             self.doms[id(func)] = fd
@@ -282,7 +298,9 @@ class Collector:
         vd = func.virtual_device
         if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
             cid = self._tag("function attribute", func)
-            ds.unify(self.dom(func.body), ds.for_device(self.shapes.of(func.body), ds.canonical(vd), cid), cid)
+            ds.unify(
+                self.dom(func.body), ds.for_device(self.shapes.of(func.body), ds.canonical(vd), cid), cid
+            )
         for i, param in enumerate(func.params):
             ds.unify(self.dom(param), fd[i], self._tag("parameter", param, param.name))
             pvd = param.virtual_device
@@ -329,7 +347,7 @@ class Collector:
         self.ds.unify_collapsed(self.dom(node.ref), value, cid)
         self.ds.unify_collapsed(self.dom(node), value, cid)
 
-    _RULES: dict[type, Callable[["Collector", Any], None]] = {
+    _RULES: ClassVar[dict[type, Callable[[Collector, Any], None]]] = {
         Call: _call,
         Let: _let,
         Function: _function,

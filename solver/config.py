@@ -9,8 +9,9 @@ field the spec gives, else appends the completed spec.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from relay.device import DEVICE_TYPE_CODES, TARGET_KIND_DEVICE, Target, VirtualDevice, parse_target
 
@@ -19,7 +20,14 @@ from .errors import PlanConfigError
 DeviceSpec = str | Mapping[str, Any] | VirtualDevice
 
 # The target a device type gets when a spec names only the type.
-_DEFAULT_TARGET_KIND: dict[int, str] = {1: "llvm", 2: "cuda", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm"}
+_DEFAULT_TARGET_KIND: dict[int, str] = {
+    1: "llvm",
+    2: "cuda",
+    4: "opencl",
+    7: "vulkan",
+    8: "metal",
+    10: "rocm",
+}
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ a conflict can be explained from the log (see `explain.py`).
 from __future__ import annotations
 
 from array import array
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 from relay.ast import Expr
 from relay.device import Target, VirtualDevice
 
 from .shapes import FnShape, Shape
 
-Domain = Union[int, tuple["Domain", ...]]
+Domain = int | tuple["Domain", ...]
 
 _FREE = VirtualDevice.unconstrained()
 
@@ -294,7 +294,12 @@ class DomainSystem:
 
 
 def _is_free(vd: VirtualDevice) -> bool:
-    return vd.device_type is None and vd.virtual_device_id is None and vd.target is None and vd.memory_scope is None
+    return (
+        vd.device_type is None
+        and vd.virtual_device_id is None
+        and vd.target is None
+        and vd.memory_scope is None
+    )
 
 
 def _pairs(a: Domain, b: Domain) -> list[tuple[int, int]]:
@@ -319,4 +324,3 @@ def flatten(d: Domain) -> list[int]:
         else:
             stack.extend(x)
     return out
-

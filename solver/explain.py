@@ -10,7 +10,7 @@ unsat core, minimised by deletion, is the explanation.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 import z3
 
@@ -58,7 +58,9 @@ def short_text(expr: Expr | None, limit: int = 60) -> str:
             text = "constant"
         case Call(op=op, args=args):
             head = short_text(op, 30) if isinstance(op, (Op, GlobalVar, Var, Constructor)) else "(...)"
-            inner = ", ".join(short_text(a, 20) if isinstance(a, (Var, GlobalVar, Constant)) else "..." for a in args)
+            inner = ", ".join(
+                short_text(a, 20) if isinstance(a, (Var, GlobalVar, Constant)) else "..." for a in args
+            )
             text = f"{head}({inner})"
         case Function(params=params):
             text = "fn(" + ", ".join(f"%{p.name}" for p in params) + ") {...}"
@@ -118,7 +120,10 @@ def device_text(vd: VirtualDevice) -> str:
         std_attrs = tuple(a for a in std.attrs if a != ("mtriple", "")) if std is not None else None
         expected_kind = {1: "llvm", 2: "cuda"}.get(vd.device_type or 0, target.kind)
         if target.kind != expected_kind or std_attrs is None or dict(attrs) != dict(std_attrs):
-            extras.append("target " + " ".join(w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple="))
+            extras.append(
+                "target "
+                + " ".join(w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple=")
+            )
     if vd.memory_scope is not None:
         extras.append(f"scope {vd.memory_scope}")
     return parts[0] + (f" ({', '.join(extras)})" if extras else "")
@@ -156,9 +161,14 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
             best = found  # type: ignore[assignment]
     if best is None:
         constraints = [_constraint(ds, err.cid, [])]
-        return PlanningConflict(f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints)
+        return PlanningConflict(
+            f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints
+        )
     _, path, p_pin, q_pin = best
-    facts: list[tuple[int, tuple]] = [(p_pin[2], ("pin", p_pin[0], p_pin[3])), (q_pin[2], ("pin", q_pin[0], q_pin[3]))]
+    facts: list[tuple[int, tuple]] = [
+        (p_pin[2], ("pin", p_pin[0], p_pin[3])),
+        (q_pin[2], ("pin", q_pin[0], q_pin[3])),
+    ]
     for a, b, c in path:
         facts.append((c, ("eq", a, b)))
     core = _unsat_core(facts, timeout_ms)
@@ -273,7 +283,9 @@ def _describe(kind: str, expr: Expr | None, detail: str, devices: list[str]) -> 
     on = f" on {' and '.join(devices)}" if devices else ""
     text = short_text(expr)
     if kind == "annotation":
-        return f"on_device puts {short_text(expr.args[0]) if isinstance(expr, Call) and expr.args else text}{on}"
+        return (
+            f"on_device puts {short_text(expr.args[0]) if isinstance(expr, Call) and expr.args else text}{on}"
+        )
     if kind == "copy":
         return f"device_copy {text} reads{on or ' from its source'}"
     if kind == "parameter attribute":

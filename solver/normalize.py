@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from relay.ast import (
     Call,
@@ -44,7 +44,9 @@ def make_on_device(body: Expr, device: VirtualDevice, constrain_result: bool, co
     )
 
 
-def maybe_on_device(body: Expr, device: VirtualDevice, constrain_result: bool = True, constrain_body: bool = True) -> Expr:
+def maybe_on_device(
+    body: Expr, device: VirtualDevice, constrain_result: bool = True, constrain_body: bool = True
+) -> Expr:
     """Wrap `body` in `on_device` unless its device is already evident (TVM's MaybeOnDevice)."""
     if device.is_fully_unconstrained:
         return body
@@ -74,7 +76,9 @@ def rewrite_on_devices(func: Function) -> Function:
             props = on_device_props(rebuilt.tuple_value)
             if props is not None and props.constrain_body and not props.constrain_result:
                 assert isinstance(props.virtual_device, VirtualDevice)
-                return make_on_device(rebuilt, props.virtual_device, props.constrain_result, props.constrain_body)
+                return make_on_device(
+                    rebuilt, props.virtual_device, props.constrain_result, props.constrain_body
+                )
             return rebuilt
         if isinstance(rebuilt, Let) and _is_normal(rebuilt.value):
             props = on_device_props(rebuilt.value)
@@ -142,11 +146,15 @@ def copy_conflicting_inputs(
                         body_dev = od.virtual_device
                     if od.constrain_result:
                         call_dev = od.virtual_device
-                elif dc is not None and isinstance(dc.src, VirtualDevice) and isinstance(dc.dst, VirtualDevice):
+                elif (
+                    dc is not None and isinstance(dc.src, VirtualDevice) and isinstance(dc.dst, VirtualDevice)
+                ):
                     body_dev = dc.src
                     call_dev = dc.dst
                 if not update(node, call_dev) and od is None:
-                    raise InputConflictCrash(node, "mismatched device of a call after iterating its arguments")
+                    raise InputConflictCrash(
+                        node, "mismatched device of a call after iterating its arguments"
+                    )
                 for arg in node.args:
                     if not update(arg, body_dev):
                         conflicted[id(arg)] = arg
@@ -179,7 +187,9 @@ def copy_conflicting_inputs(
                 if src_raw.device_type is None and src_raw.target is None:
                     raise InputConflictCrash(original, "conflicting argument whose device is unknown")
                 if dst_raw.device_type is None and dst_raw.target is None:
-                    raise InputConflictCrash(original, "call with a conflicting argument on an unknown device")
+                    raise InputConflictCrash(
+                        original, "call with a conflicting argument on an unknown device"
+                    )
                 src, dst = canonical(src_raw), canonical(dst_raw)
                 if src != dst:
                     new_args[i] = device_copy(arg, src, dst, span=arg.span)
@@ -195,4 +205,3 @@ def copy_conflicting_inputs(
         assert isinstance(new, Function)
         out.append((gv, new))
     return out, copies
-

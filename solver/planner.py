@@ -12,8 +12,9 @@ import gc
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from relay.ast import (
     Attrs,
@@ -102,13 +103,18 @@ def _resolve_meta(value: Any, table: list[Any]) -> Any:
     return value
 
 
-def _resolve_meta_refs(functions: list[tuple[GlobalVar, Function]], table: list[Any]) -> list[tuple[GlobalVar, Function]]:
+def _resolve_meta_refs(
+    functions: list[tuple[GlobalVar, Function]], table: list[Any]
+) -> list[tuple[GlobalVar, Function]]:
     """Replace `meta[VirtualDevice][i]` placeholders by the table's devices."""
+
     def has_ref(node: Expr) -> bool:
         if isinstance(node, Var):
             return isinstance(node.virtual_device, MetaRef)
         if isinstance(node, Function):
-            return isinstance(node.virtual_device, MetaRef) or any(isinstance(p.virtual_device, MetaRef) for p in node.params)
+            return isinstance(node.virtual_device, MetaRef) or any(
+                isinstance(p.virtual_device, MetaRef) for p in node.params
+            )
         if isinstance(node, Call) and node.attrs is not None:
             return any(isinstance(v, MetaRef) for _, v in node.attrs.fields)
         return False
@@ -124,15 +130,19 @@ def _resolve_meta_refs(functions: list[tuple[GlobalVar, Function]], table: list[
             if isinstance(n, Function):
                 for p in n.params:
                     if isinstance(p.virtual_device, MetaRef):
-                        var_map[id(p)] = dataclasses.replace(p, virtual_device=_resolve_meta(p.virtual_device, table))
+                        var_map[id(p)] = dataclasses.replace(
+                            p, virtual_device=_resolve_meta(p.virtual_device, table)
+                        )
 
-        def visit(original: Expr, rebuilt: Expr) -> Expr:
+        def visit(original: Expr, rebuilt: Expr, var_map: dict[int, Var] = var_map) -> Expr:
             if isinstance(rebuilt, Var):
                 return var_map.get(id(original), rebuilt)
             if isinstance(rebuilt, Function):
                 params = tuple(var_map.get(id(p), p) for p in rebuilt.params)
                 vd = _resolve_meta(rebuilt.virtual_device, table)
-                if vd is not rebuilt.virtual_device or any(a is not b for a, b in zip(params, rebuilt.params)):
+                if vd is not rebuilt.virtual_device or any(
+                    a is not b for a, b in zip(params, rebuilt.params)
+                ):
                     return dataclasses.replace(rebuilt, params=params, virtual_device=vd)
                 return rebuilt
             if isinstance(rebuilt, Call) and rebuilt.attrs is not None:
@@ -167,6 +177,12 @@ class _Features:
     free_on_device: bool = False
 
 
+def _function_has_meta_ref(func: Function) -> bool:
+    return isinstance(func.virtual_device, MetaRef) or any(
+        isinstance(p.virtual_device, MetaRef) for p in func.params
+    )
+
+
 def _scan(functions: list[tuple[GlobalVar, Function]]) -> _Features:
     feats = _Features()
     seen: set[int] = set()
@@ -183,9 +199,13 @@ def _scan(functions: list[tuple[GlobalVar, Function]]) -> _Features:
                 if type(op) is Op and op.name in ("on_device", "device_copy"):
                     feats.annotations = True
                     attrs = node.attrs  # type: ignore[attr-defined]
-                    if op.name == "on_device" and attrs is not None:
-                        if not attrs.get("constrain_body", True) and not attrs.get("constrain_result", False):
-                            feats.free_on_device = True
+                    if (
+                        op.name == "on_device"
+                        and attrs is not None
+                        and not attrs.get("constrain_body", True)
+                        and not attrs.get("constrain_result", False)
+                    ):
+                        feats.free_on_device = True
                 attrs = node.attrs  # type: ignore[attr-defined]
                 if attrs is not None and any(isinstance(v, MetaRef) for _, v in attrs.fields):
                     feats.meta_refs = True
@@ -196,11 +216,8 @@ def _scan(functions: list[tuple[GlobalVar, Function]]) -> _Features:
                 if isinstance(node.virtual_device, MetaRef):  # type: ignore[attr-defined]
                     feats.meta_refs = True
                 continue
-            if t is Function:
-                if isinstance(node.virtual_device, MetaRef) or any(  # type: ignore[attr-defined]
-                    isinstance(p.virtual_device, MetaRef) for p in node.params  # type: ignore[attr-defined]
-                ):
-                    feats.meta_refs = True
+            if t is Function and _function_has_meta_ref(node):  # type: ignore[arg-type]
+                feats.meta_refs = True
             stack.extend(children(node))
     return feats
 
@@ -221,7 +238,9 @@ def _parse_constraints(config: PlanConfig, table: list[Any]) -> tuple[list[_Pin]
     pins = []
     for k, entry in enumerate(config.constraints):
         if not isinstance(entry, Mapping) or "select" not in entry or "device" not in entry:
-            raise PlanConfigError(f"constraint #{k} must be {{'select': {{...}}, 'device': SPEC}}, got {entry!r}")
+            raise PlanConfigError(
+                f"constraint #{k} must be {{'select': {{...}}, 'device': SPEC}}, got {entry!r}"
+            )
         select = entry["select"]
         if not isinstance(select, Mapping):
             raise PlanConfigError(f"constraint #{k}: selector must be an object, got {select!r}")
@@ -267,7 +286,9 @@ def _apply_op_pins(
                 if want is not None and want != index:
                     continue
                 matched[pin.k] += 1
-                wrapped = on_device(rebuilt, pin.device, constrain_body=True, constrain_result=False, span=rebuilt.span)
+                wrapped = on_device(
+                    rebuilt, pin.device, constrain_body=True, constrain_result=False, span=rebuilt.span
+                )
                 kinds[id(wrapped)] = f"constraint #{pin.k}"
                 return wrapped
             return rebuilt
@@ -277,11 +298,15 @@ def _apply_op_pins(
         out.append((gv, new))
     for pin in op_pins:
         if not matched[pin.k]:
-            raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no operator call")
+            raise PlanConfigError(
+                f"constraint #{pin.k}: selector {_selector_text(pin)} matches no operator call"
+            )
     return out, kinds
 
 
-def _find_pins(functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]) -> list[tuple[str, Any, VirtualDevice, int]]:
+def _find_pins(
+    functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]
+) -> list[tuple[str, Any, VirtualDevice, int]]:
     out = []
     by_name = {gv.name: func for gv, func in functions}
     for pin in pins:
@@ -293,13 +318,17 @@ def _find_pins(functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]) ->
             func = by_name.get(gname)
             param = next((p for p in func.params if p.name == pname), None) if func is not None else None
             if param is None:
-                raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no parameter")
+                raise PlanConfigError(
+                    f"constraint #{pin.k}: selector {_selector_text(pin)} matches no parameter"
+                )
             out.append(("param", param, pin.device, pin.k))
         elif pin.kind == "function":
             gname = str(pin.selector["function"]).lstrip("@")
             func = by_name.get(gname)
             if func is None:
-                raise PlanConfigError(f"constraint #{pin.k}: selector {_selector_text(pin)} matches no global function")
+                raise PlanConfigError(
+                    f"constraint #{pin.k}: selector {_selector_text(pin)} matches no global function"
+                )
             out.append(("function", func, pin.device, pin.k))
     return out
 
@@ -358,7 +387,7 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
             rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
         except InputConflictCrash as err:
             raise _crash_conflict(err) from None
-        replaced = dict((gv.name, f) for gv, f in rewritten)
+        replaced = {gv.name: f for gv, f in rewritten}
         functions = [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
     functions, annotation_kinds = _apply_op_pins(functions, pins)
     request_pins = _find_pins(functions, pins)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from relay.ast import (
     Call,
@@ -31,13 +32,12 @@ from relay.ast import (
     Var,
     device_copy,
     device_copy_props,
-    on_device_props,
 )
 from relay.device import VirtualDevice
 from relay.span import Span
 from relay.traverse import children
 
-from .collect import _SPECIAL_OPS, Collector
+from .collect import Collector
 from .domains import Domain
 from .normalize import maybe_on_device
 
@@ -64,7 +64,12 @@ class Rewriter:
         while isinstance(d, tuple):
             d = d[-1]
         vd = self.device_of(d)  # type: ignore[arg-type]
-        if vd.device_type is None and vd.target is None and vd.virtual_device_id is None and vd.memory_scope is None:
+        if (
+            vd.device_type is None
+            and vd.target is None
+            and vd.virtual_device_id is None
+            and vd.memory_scope is None
+        ):
             vd = self.c.default
         return vd
 
@@ -103,7 +108,9 @@ class Rewriter:
 
     # ---- wrapping
 
-    def child(self, lexical: VirtualDevice, expected: VirtualDevice, child_vd: VirtualDevice, child: Expr) -> Expr:
+    def child(
+        self, lexical: VirtualDevice, expected: VirtualDevice, child_vd: VirtualDevice, child: Expr
+    ) -> Expr:
         if isinstance(child, (Op, Constructor)):
             return child
         result = self.memo[id(child)]

@@ -10,15 +10,14 @@ type annotations where present (parameters, let binders, constructor fields,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from relay.ast import (
     Call,
     Constant,
     Constructor,
     Expr,
-    FuncType,
     Function,
+    FuncType,
     GlobalVar,
     If,
     Let,
@@ -43,21 +42,21 @@ from relay.traverse import children
 
 @dataclass(frozen=True, slots=True)
 class FnShape:
-    params: tuple["Shape", ...]
-    result: "Shape"
+    params: tuple[Shape, ...]
+    result: Shape
 
 
 @dataclass(frozen=True, slots=True)
 class TupShape:
-    fields: tuple["Shape", ...]
+    fields: tuple[Shape, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class RefShape:
-    value: "Shape"
+    value: Shape
 
 
-Shape = Union[FnShape, TupShape, RefShape, None]
+Shape = FnShape | TupShape | RefShape | None
 """None is a plain first-order value (tensor, ADT, scalar) or unknown."""
 
 
@@ -204,7 +203,9 @@ def _shape_of_node(info: ShapeInfo, node: object) -> Shape:
         case Constant() | Op() | Constructor():
             return None
         case Function(params=params, body=body):
-            return FnShape(tuple(info.var.get(id(p)) for p in params), info.of(body) or type_shape(node.ret_type))
+            return FnShape(
+                tuple(info.var.get(id(p)) for p in params), info.of(body) or type_shape(node.ret_type)
+            )
         case Call(op=callee, args=args):
             if isinstance(callee, Op):
                 if callee.name in _PASS_THROUGH_OPS and len(args) == 1:

@@ -9,22 +9,22 @@ import relay
 import solver
 from relay.device import VirtualDevice, parse_target
 
-ANNOTATED = '''#[version = "0.0.5"]
+ANNOTATED = """#[version = "0.0.5"]
 def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = multiply(%x, %y);
   %1 = on_device(%0, virtual_device=meta[VirtualDevice][0]);
   exp(%1)
 }
-'''
+"""
 
-CHAIN = '''#[version = "0.0.5"]
+CHAIN = """#[version = "0.0.5"]
 def @main(%data: Tensor[(4), float32], %w: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = nn.relu(%data);
   %1 = multiply(%0, %w);
   %2 = nn.relu(%1);
   exp(%2)
 }
-'''
+"""
 
 
 def test_resolve_shorthand_reuses_table_entry() -> None:
@@ -53,8 +53,19 @@ def test_resolve_target_must_agree() -> None:
     assert index == 1 and len(table2) == 2
 
 
-@pytest.mark.parametrize("spec", ["", "tpu", "cuda:x", {"device_type": "cuda", "colour": 1}, {}, {"target": 3},
-                                  {"device_type": "cpu", "target": "cuda"}, 7])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "tpu",
+        "cuda:x",
+        {"device_type": "cuda", "colour": 1},
+        {},
+        {"target": 3},
+        {"device_type": "cpu", "target": "cuda"},
+        7,
+    ],
+)
 def test_bad_specs(spec: object) -> None:
     with pytest.raises(solver.PlanConfigError):
         solver.resolve_device(spec, [])  # type: ignore[arg-type]
@@ -102,7 +113,7 @@ def test_function_selector() -> None:
 def test_op_selector_inserts_copies_at_its_boundary() -> None:
     result = _plan_with({"select": {"op": "multiply"}, "device": "cpu"})
     assert result.functions["main"] == {"params": ["cpu", "cpu"], "result": "cuda"}
-    (span, src, dst), = result.copies
+    ((span, src, dst),) = result.copies
     assert (src.device_type, dst.device_type) == (1, 2)
     assert span is not None and span.line == 4
 
@@ -119,8 +130,16 @@ def test_op_selector_with_index() -> None:
     assert len(result.copies) == 1
 
 
-@pytest.mark.parametrize("select", [{"param": "@main:%nope"}, {"param": "@g:%data"}, {"function": "@g"},
-                                    {"op": "nn.conv2d"}, {"op": "nn.relu", "index": 5}])
+@pytest.mark.parametrize(
+    "select",
+    [
+        {"param": "@main:%nope"},
+        {"param": "@g:%data"},
+        {"function": "@g"},
+        {"op": "nn.conv2d"},
+        {"op": "nn.relu", "index": 5},
+    ],
+)
 def test_selector_matching_nothing_names_it(select: dict) -> None:
     with pytest.raises(solver.PlanConfigError, match="constraint #0") as info:
         _plan_with({"select": select, "device": "cpu"})

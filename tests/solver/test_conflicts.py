@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import relay
@@ -9,7 +11,7 @@ import solver
 
 CFG = solver.PlanConfig(virtual_devices=("cpu", "cuda"))
 
-TWO_CALLS = '''#[version = "0.0.5"]
+TWO_CALLS = """#[version = "0.0.5"]
 def @f(%a: Tensor[(4), float32]) -> Tensor[(4), float32] {
   negative(%a)
 }
@@ -21,39 +23,39 @@ def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) -> Tensor[(4), flo
   %3 = @f(%2);
   add(%1, %3)
 }
-'''
+"""
 
-PARAM_VS_ANNOTATION = '''#[version = "0.0.5"]
+PARAM_VS_ANNOTATION = """#[version = "0.0.5"]
 def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = negative(%x);
   %1 = on_device(%0, virtual_device=meta[VirtualDevice][1], constrain_result=True);
   exp(%1)
 }
-'''
+"""
 
-HOST_VS_ANNOTATION = '''#[version = "0.0.5"]
+HOST_VS_ANNOTATION = """#[version = "0.0.5"]
 def @main(%x: Tensor[(?, 8), float32]) -> Tensor[(2), int64] {
   %0 = exp(%x);
   %1 = vm.shape_of(%0, dtype="int64");
   on_device(%1, virtual_device=meta[VirtualDevice][1], constrain_result=True)
 }
-'''
+"""
 
-COPY_VS_PARAM = '''#[version = "0.0.5"]
+COPY_VS_PARAM = """#[version = "0.0.5"]
 def @main(%x {virtual_device=meta[VirtualDevice][1]}: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = device_copy(%x, src_virtual_device=meta[VirtualDevice][0], dst_virtual_device=meta[VirtualDevice][1]);
   exp(%0)
 }
-'''
+"""
 
-NESTED_RESULTS = '''#[version = "0.0.5"]
+NESTED_RESULTS = """#[version = "0.0.5"]
 def @main(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = exp(%x);
   %1 = on_device(%0, virtual_device=meta[VirtualDevice][0], constrain_result=True);
   %2 = on_device(%1, virtual_device=meta[VirtualDevice][1], constrain_result=True);
   negative(%2)
 }
-'''
+"""
 
 
 def _conflict(text: str, config: solver.PlanConfig = CFG) -> solver.PlanningConflict:
@@ -69,7 +71,12 @@ def _summary(err: solver.PlanningConflict) -> list[tuple[str, int, int]]:
 
 def test_function_called_on_two_devices() -> None:
     err = _conflict(TWO_CALLS)
-    assert _summary(err) == [("annotation", 7, 8), ("call site", 8, 8), ("call site", 10, 8), ("annotation", 9, 8)]
+    assert _summary(err) == [
+        ("annotation", 7, 8),
+        ("call site", 8, 8),
+        ("call site", 10, 8),
+        ("annotation", 9, 8),
+    ]
     assert err.constraints[0].devices == ["cpu"] and err.constraints[-1].devices == ["cuda"]
     message = str(err)
     assert "cpu" in message and "cuda" in message and "7:8" in message and "9:8" in message
@@ -110,7 +117,7 @@ def test_request_constraint_named_in_conflict() -> None:
         constraints=({"select": {"param": "@main:%x"}, "device": "cpu"},),
     )
     err = _conflict(text, config)
-    assert [c.kind for c in err.constraints][0] == "constraint #0"
+    assert err.constraints[0].kind == "constraint #0"
     assert "constraint #0" in err.message
 
 
@@ -119,8 +126,11 @@ def test_explanation_is_minimal() -> None:
     removing the corresponding annotation from the program."""
     err = _conflict(NESTED_RESULTS)
     assert len(err.constraints) == 2
-    module = relay.parse_text(NESTED_RESULTS.replace(
-        "%2 = on_device(%1, virtual_device=meta[VirtualDevice][1], constrain_result=True);", "%2 = %1;"))
+    module = relay.parse_text(
+        NESTED_RESULTS.replace(
+            "%2 = on_device(%1, virtual_device=meta[VirtualDevice][1], constrain_result=True);", "%2 = %1;"
+        )
+    )
     solver.plan(module, CFG)
 
 
@@ -131,9 +141,11 @@ def test_corpus_conflict_explanations_have_spans(request: pytest.FixtureRequest)
     if not cases:
         pytest.skip("corpus not available")
     for _, base in cases[:20]:
-        module = relay.parse_text(open(str(base) + ".relay").read())
+        module = relay.parse_text(Path(str(base) + ".relay").read_text())
         with pytest.raises(solver.PlanningConflict) as info:
             solver.plan(module, solver.PlanConfig())
         err = info.value
         assert len(err.constraints) >= 2 or err.constraints[0].kind == "conflicting inputs"
-        assert all(c.span is not None for c in err.constraints if c.kind in ("annotation", "copy", "call site"))
+        assert all(
+            c.span is not None for c in err.constraints if c.kind in ("annotation", "copy", "call site")
+        )

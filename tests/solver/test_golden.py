@@ -10,11 +10,28 @@ import solver
 from .golden import DATA, GOLDEN_CONFIG, cases, plan_case
 
 CONSTRUCTS = {
-    "plain_default", "annotated_arg", "explicit_copy", "let_binding", "function_attributes",
-    "higher_order_param", "higher_order_result", "tuple_of_functions", "if_over_functions",
-    "globals_call_globals", "references", "adt_match", "host_shape_of", "host_reshape_tensor",
-    "host_alloc", "free_on_device", "memory_scopes", "conflicting_input", "nested_annotations",
-    "primitive_functions", "projection_annotation", "function_body_annotation",
+    "plain_default",
+    "annotated_arg",
+    "explicit_copy",
+    "let_binding",
+    "function_attributes",
+    "higher_order_param",
+    "higher_order_result",
+    "tuple_of_functions",
+    "if_over_functions",
+    "globals_call_globals",
+    "references",
+    "adt_match",
+    "host_shape_of",
+    "host_reshape_tensor",
+    "host_alloc",
+    "free_on_device",
+    "memory_scopes",
+    "conflicting_input",
+    "nested_annotations",
+    "primitive_functions",
+    "projection_annotation",
+    "function_body_annotation",
 }
 
 
@@ -44,7 +61,9 @@ def test_golden_idempotent(name: str) -> None:
 def test_golden_copies_reported() -> None:
     result = plan_case("conflicting_input")
     assert len(result.copies) == 2
-    assert {(str(s), str(d)) for _, s, d in result.copies} == {(str(result.virtual_devices[0]), str(result.virtual_devices[1]))}
+    assert {(str(s), str(d)) for _, s, d in result.copies} == {
+        (str(result.virtual_devices[0]), str(result.virtual_devices[1]))
+    }
     spans = sorted((s.line, s.column) for s, _, _ in result.copies if s is not None)
     # the copied multiply (%0, line 3) and the conflicting input %y (line 2)
     assert [line for line, _ in spans] == [2, 3]

@@ -46,7 +46,9 @@ def programs(draw: st.DrawFn, devices: int = 2) -> str:
         helper.append(f"def @g(%a{ann}: {T}) -> {T} {{\n  {body}\n}}\n")
     steps = draw(st.integers(1, 10))
     for _ in range(steps):
-        kind = draw(st.sampled_from(["unary", "binary", "on_device", "copy", "let", "tuple", "fn", "if", "global"]))
+        kind = draw(
+            st.sampled_from(["unary", "binary", "on_device", "copy", "let", "tuple", "fn", "if", "global"])
+        )
         a = draw(st.sampled_from(values))
         b = draw(st.sampled_from(values))
         v = fresh()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +12,8 @@ import relay
 import solver
 from relay.ast import Call, Function, GlobalVar, TensorType, Var, on_device, op
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
-from benchmarks.plan import chain, higher_order, let_chain, many_functions, wide_dag  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.plan import chain, higher_order, let_chain, many_functions, wide_dag
 
 
 def _check(module: relay.Module, budget_s: float) -> solver.PlanResult:
