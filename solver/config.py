@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from relay.device import DEVICE_TYPE_CODES, TARGET_KIND_DEVICE, Target, VirtualDevice, parse_target
@@ -44,8 +44,6 @@ class PlanConfig:
     host_device: DeviceSpec = "cpu"
     constraints: tuple[Mapping[str, Any], ...] = ()
     timeout_ms: int = 10_000
-    objective: str = "tvm"
-    _extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from relay.ast import (
 )
 from relay.device import Target, VirtualDevice
 from relay.span import Span
-from relay.traverse import children, post_order, rewrite
+from relay.traverse import children, free_vars, post_order, rewrite
 
 from .collect import Collector, is_optimizable
 from .config import PlanConfig, complete_spec, resolve_device, spec_text
@@ -362,6 +362,8 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
 
 
 def _plan(module: Module, config: PlanConfig) -> PlanResult:
+    if not isinstance(config.timeout_ms, int) or config.timeout_ms <= 0:
+        raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
     times: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -371,6 +373,14 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
     host, _, table = resolve_device(config.host_device, table)
     pins, table = _parse_constraints(config, table)
     functions = list(module.functions)
+    expr_main: GlobalVar | None = None
+    if module.expr is not None and not any(gv.name == "main" for gv, _ in functions):
+        # A single-expression module is planned as TVM's IRModule.from_expr
+        # would hold it: @main over the expression's free variables.
+        expr_main = GlobalVar("main")
+        functions.append(
+            (expr_main, Function(tuple(free_vars(module.expr)), module.expr, span=module.expr.span))
+        )
     feats = _scan(functions)
     if feats.meta_refs:
         functions = _resolve_meta_refs(functions, ref_table)
@@ -450,7 +460,9 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
             out_table.append(vd)
     meta = dict(module.meta)
     meta["VirtualDevice"] = out_table
-    out_module = dataclasses.replace(module, functions=tuple(out_functions), meta=meta)
+    out_module = dataclasses.replace(
+        module, functions=tuple(out_functions), meta=meta, expr=None if expr_main is not None else module.expr
+    )
     times["rewrite"] = (time.perf_counter() - t) * 1000
 
     stats = PlanStats(

@@ -167,3 +167,18 @@ def test_fresh_context_per_call() -> None:
     b = _plan_with()
     assert relay.structural_equal(a.module, b.module)
     assert a.stats.classes == b.stats.classes
+
+
+def test_expression_module_becomes_main() -> None:
+    text = '#[version = "0.0.5"]\nfree_var %x: Tensor[(4), float32];\nfree_var %y: Tensor[(4), float32];\n'
+    text += "%0 = add(%x, %y);\nexp(%0)\n"
+    result = solver.plan(relay.parse_text(text), solver.PlanConfig())
+    assert result.module.expr is None
+    assert result.functions == {"main": {"params": ["cuda", "cuda"], "result": "cuda"}}
+    relay.verify(result.module)
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_bad_timeout(timeout: int) -> None:
+    with pytest.raises(solver.PlanConfigError):
+        solver.plan(relay.parse_text(CHAIN), solver.PlanConfig(timeout_ms=timeout))
