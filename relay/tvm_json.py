@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import functools
+import gc
 import json
 import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, ParamSpec, TypeVar
 
 from . import ast as A
 from . import op_attrs
@@ -144,6 +147,19 @@ CONTAINER_TYPES = frozenset({"Array", "Map"})
 _LET_INDEX_ORDER = ("var", "value", "span", "_checked_type_", "body", "virtual_device_")
 
 
+@functools.lru_cache(maxsize=None)
+def _ref_order(type_key: str) -> tuple[str, ...]:
+    """Object fields in the order TVM's indexer visits them."""
+    if type_key == "relay.Let":
+        return _LET_INDEX_ORDER
+    return tuple(n for n, k in node_fields(type_key) or () if k == REF)
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_fields(type_key: str) -> tuple[tuple[str, str], ...]:
+    return tuple((n, k) for n, k in node_fields(type_key) or () if k != REF)
+
+
 def node_fields(type_key: str) -> tuple[tuple[str, str], ...] | None:
     """The (field, kind) list of an object type, or None when unknown."""
     found = NODE_FIELDS.get(type_key)
@@ -166,7 +182,7 @@ def is_known_type_key(type_key: str) -> bool:
 class RawDoc:
     """A parsed TVM JSON document: its nodes and base64 tensors, checked."""
 
-    __slots__ = ("nodes", "b64ndarrays", "attrs", "root", "source", "_children")
+    __slots__ = ("nodes", "b64ndarrays", "attrs", "root", "source", "_children", "_fields")
 
     def __init__(self, nodes: list[dict[str, Any]], b64: list[str], attrs: dict[str, str], root: int, source: SourceText):
         self.nodes = nodes
@@ -175,6 +191,7 @@ class RawDoc:
         self.root = root
         self.source = source
         self._children: list[tuple[int, ...] | None] = [None] * len(nodes)
+        self._fields: list[dict[str, int] | None] = [None] * len(nodes)
 
     def error(self, index: int | None, message: str) -> ParseError:
         if index is None:
@@ -184,6 +201,14 @@ class RawDoc:
 
     def ref(self, index: int, name: str) -> int:
         """The node index held by object field `name` of node `index`."""
+        fields = self._fields[index]
+        if fields is not None:
+            found = fields.get(name)
+            if found is not None:
+                return found
+        return self._parse_ref(index, name)
+
+    def _parse_ref(self, index: int, name: str) -> int:
         node = self.nodes[index]
         attrs = node.get("attrs")
         if attrs is None or name not in attrs:
@@ -221,9 +246,11 @@ class RawDoc:
             fields = node_fields(type_key)
             if fields is None:
                 raise self.error(index, f"unknown type_key '{type_key}'")
-            order = _LET_INDEX_ORDER if type_key == "relay.Let" else tuple(n for n, k in fields if k == REF)
-            for name in order:
-                out.append(self.ref(index, name))
+            fieldmap: dict[str, int] = {}
+            for name in _ref_order(type_key):
+                target = fieldmap[name] = self._parse_ref(index, name)
+                out.append(target)
+            self._fields[index] = fieldmap
         result = tuple(out)
         self._children[index] = result
         return result
@@ -241,8 +268,7 @@ class RawDoc:
         return ""
 
 
-@dataclass(frozen=True, slots=True)
-class RawRef:
+class RawRef(NamedTuple):
     """Node `index` of a raw document."""
 
     doc: RawDoc
@@ -1010,9 +1036,10 @@ class _Writer:
         if value is None and slot not in ("vd_expr",):
             return None
         if slot == "raw":
-            if value.doc.nodes[value.index]["type_key"] == "":
+            doc, index = value
+            if doc.nodes[index]["type_key"] == "":
                 return None
-            return ("raw", id(value.doc), value.index)
+            return ("raw", id(doc), index)
         if isinstance(value, TVMObject):
             return ("raw", id(value.raw.doc), value.raw.index)
         origins = self.origins
@@ -1082,40 +1109,36 @@ class _Writer:
         spec = _encode_fresh(self, slot, value, children)
         return spec, children
 
-    def _raw_spec(self, ref: RawRef) -> tuple[_Spec, list[tuple[_Item, Any]]]:
-        doc, index = ref.doc, ref.index
-        node = doc.nodes[index]
+    def _raw_spec(self, ref: tuple[RawDoc, int]) -> tuple[_Spec, list[tuple[_Item, Any]]]:
+        doc, index = ref
+        nodes = doc.nodes
+        node = nodes[index]
         type_key = node["type_key"]
         spec = _Spec(type_key)
         children: list[tuple[_Item, Any]] = []
         if "repr_str" in node or "repr_b64" in node:
             spec.repr = doc.repr_text(index)
+            return spec, children
+        doc_id = id(doc)
+        targets = doc.children(index)
+        keys: list[Any] = []
+        for j in targets:
+            k = None if nodes[j]["type_key"] == "" else ("raw", doc_id, j)
+            keys.append(k)
+            children.append((("raw", (doc, j)), k))
         if type_key in CONTAINER_TYPES:
-            spec.data = []
-            for j in node.get("data", ()):
-                child = ("raw", RawRef(doc, j))
-                k = self.key(child)
-                spec.data.append(k)
-                children.append((child, k))
+            spec.data = keys
             if node.get("keys"):
                 spec.keys = list(node["keys"])
             return spec, children
-        fields = node_fields(type_key) if type_key not in REPR_TYPES else None
-        if fields:
-            attrs = node.get("attrs", {})
-            ref_names = {n for n, kind in fields if kind == REF}
-            for name, kind in fields:
-                if kind == REF:
-                    continue
-                if kind == "ndarray":
-                    tensor = int(attrs[name])
-                    spec.plain[name] = str(self._tensor(("raw", id(doc), tensor), lambda: doc.b64ndarrays[tensor]))
-                else:
-                    spec.plain[name] = attrs[name]
-            order = _LET_INDEX_ORDER if type_key == "relay.Let" else [n for n, kind in fields if kind == REF]
-            for name in order:
-                if name in ref_names:
-                    self._child(spec.refs, children, name, ("raw", RawRef(doc, doc.ref(index, name))))
+        attrs = node.get("attrs", {})
+        for name, kind in _plain_fields(type_key):
+            if kind == "ndarray":
+                tensor = int(attrs[name])
+                spec.plain[name] = str(self._tensor(("raw", doc_id, tensor), lambda: doc.b64ndarrays[tensor]))
+            else:
+                spec.plain[name] = attrs[name]
+        spec.refs = list(zip(_ref_order(type_key), keys))
         return spec, children
 
     def _tensor(self, key: Any, make: Callable[[], str]) -> int:
@@ -1186,9 +1209,35 @@ _ESCAPES = {"\r": "\\r", "\n": "\\n", "\\": "\\\\", "\t": "\\t", '"': '\\"'}
 
 def _json_string(text: str) -> str:
     """A JSON string as dmlc writes it: only \\r \\n \\t \\\\ \\" escaped."""
-    if any(ch in text for ch in _ESCAPES):
+    if '"' in text or "\\" in text or "\n" in text or "\r" in text or "\t" in text:
         text = "".join(_ESCAPES.get(ch, ch) for ch in text)
     return '"' + text + '"'
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _without_gc(func: Callable[_P, _R]) -> Callable[_P, _R]:
+    @functools.wraps(func)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _gc_paused():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Building or walking a big graph allocates millions of small objects
+    and no cycles; the cyclic collector would rescan the heap many times."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _raw_of(value: Any, origins: Origins | None) -> RawRef:
@@ -1686,6 +1735,7 @@ class ModuleRaw:
     gtv_order: tuple[str, ...] = ()
 
 
+@_without_gc
 def load_json(text: str | bytes, name: str = "<json>") -> A.Module:
     """Read a module (or a bare expression) saved by TVM <= 0.19's
     `tvm.ir.save_json`. Raises ParseError for anything malformed."""
@@ -1727,7 +1777,8 @@ def load_json(text: str | bytes, name: str = "<json>") -> A.Module:
         tuple(k for k, _ in gv_map.items) if isinstance(gv_map, _MapValue) and gv_map.str_keys else (),
         tuple(k for k, _ in gtv_map.items) if isinstance(gtv_map, _MapValue) and gtv_map.str_keys else (),
     )
-    meta = _collect_meta(tuple(functions), None)
+    constrained = any(not vd.is_fully_unconstrained for vd in origins.vd_by_value)
+    meta = _collect_meta(tuple(functions), None) if constrained else {}
     return A.Module(tuple(functions), tuple(typedefs), meta, raw=raw)
 
 
@@ -1783,6 +1834,7 @@ def _print_order(root: A.Expr) -> Iterator[A.Expr]:
                 stack.append((kid, False))
 
 
+@_without_gc
 def dump_json(module: A.Module) -> str:
     """Write `module` as TVM 0.19's `tvm.ir.save_json` would.
 
@@ -1875,6 +1927,7 @@ def _remembered_type(ty: A.TensorType) -> RawRef | None:
     return None
 
 
+@_without_gc
 def decode_meta_section(json_text: str, name: str = "<metadata>") -> dict[str, list[Any]]:
     """Decode the JSON after `#[metadata]`: a map from kind to an array.
 
@@ -1916,6 +1969,7 @@ def decode_meta_section(json_text: str, name: str = "<metadata>") -> dict[str, l
     return tables
 
 
+@_without_gc
 def encode_meta_section(tables: dict[str, list[Any]]) -> str:
     """The JSON TVM prints after `#[metadata]` for these meta tables.
 
