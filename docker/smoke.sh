@@ -284,6 +284,13 @@ for variant in $VARIANTS; do
 
     STEP_NOTE=""
     step "http-$variant" python3 "$REPO/docker/smoke_http.py" "http://127.0.0.1:$PORT" "$variant"
+    sed 's/^/[smoke]   | /' "$WORK/http-$variant.log"
+
+    if [[ $variant == full ]]; then
+        tvm_in_container() { podman exec -i "$CONTAINER" python3 - <"$REPO/docker/smoke_tvm.py"; }
+        step "tvm-$variant" tvm_in_container
+        sed 's/^/[smoke]   | /' "$WORK/tvm-$variant.log"
+    fi
 
     check_non_root() {
         local pid procs
