@@ -177,9 +177,9 @@ class Collector:
                     elif slot == "free":
                         slots.append(ds.free(self.shapes.of(args[i]) if i < len(args) else None))
                     else:
-                        vd = call.attrs.get(slot[1]) if call.attrs is not None else None
-                        if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
-                            slots.append(ds.for_device(self.shapes.of(call), ds.canonical(vd), cid))
+                        attr = call.attrs.get(slot[1]) if call.attrs is not None else None
+                        if isinstance(attr, VirtualDevice) and not attr.is_fully_unconstrained:
+                            slots.append(ds.for_device(self.shapes.of(call), ds.canonical(attr), cid))
                         else:
                             slots.append(ds.free(self.shapes.of(call)))
                 return tuple(slots)
@@ -246,7 +246,7 @@ class Collector:
         op = call.op
         if type(op) is Op and type(cd[-1]) is int and op.name not in _SPECIAL_OPS:  # type: ignore[index]
             cid = self._tag("operator", call, op.name)
-            shared: int = cd[-1]  # type: ignore[index, assignment]
+            shared: int = cd[-1]  # type: ignore[index]
             ds = self.ds
             for a in call.args:
                 d = self.dom(a)
@@ -273,7 +273,7 @@ class Collector:
                 kind = "host operator"
             else:
                 kind = "operator"
-            cid = self._tag(kind, call, call.op.name)
+            cid = self._tag(kind, call, op.name)
         else:
             cid = self._tag("call site", call)
         self.ds.unify(cd, implied, cid)

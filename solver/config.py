@@ -122,18 +122,20 @@ def _parse_spec(spec: DeviceSpec) -> _PartialSpec:
                 raise PlanConfigError(f"bad device spec {spec!r}: {exc}") from None
             return _parse_spec(obj)
         name, _, ident = text.partition(":")
-        device_type = _device_type_code(name)
+        code = _device_type_code(name)
         vid: int | None = None
         if ident:
             if not ident.strip().isdigit():
                 raise PlanConfigError(f"bad device id in spec {spec!r}")
             vid = int(ident)
-        return _PartialSpec(device_type, vid, None, None, None)
+        return _PartialSpec(code, vid, None, None, None)
     if isinstance(spec, Mapping):
         unknown = set(spec) - {"device_type", "virtual_device_id", "target", "memory_scope"}
         if unknown:
             raise PlanConfigError(f"unknown device spec field(s) {sorted(unknown)} in {dict(spec)!r}")
-        device_type = _device_type_code(spec["device_type"]) if spec.get("device_type") is not None else None
+        device_type: int | None = (
+            _device_type_code(spec["device_type"]) if spec.get("device_type") is not None else None
+        )
         vid = spec.get("virtual_device_id")
         if vid is not None and (isinstance(vid, bool) or not isinstance(vid, int) or vid < 0):
             raise PlanConfigError(f"bad virtual_device_id {vid!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 import z3
 
@@ -39,6 +40,13 @@ from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
 from .solve import _Codes
 
 _FIELDS = ("device type", "device id", "target", "memory scope")
+
+_Values = tuple[int | None, ...]
+_PinInfo = tuple[int, VirtualDevice, int, _Values]  # element, device, constraint id, field codes
+_Path = list[tuple[int, int, int]]  # (from, to, constraint id)
+_Found = tuple[int, _Path, _PinInfo, _PinInfo]
+_Fact = tuple[Any, ...]
+_Adjacency = dict[int, list[tuple[int, int]]]
 
 
 def short_text(expr: Expr | None, limit: int = 60) -> str:
@@ -154,18 +162,18 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
     codes = _Codes()
     pins = [(e, vd, c, codes.values(vd)) for e, vd, c in ds.pins if e in dist and ds.tags[c].hard]
     pins.sort(key=lambda p: dist[p[0]])
-    best: tuple[int, list[tuple[int, int, int]], tuple, tuple] | None = None
+    best: _Found | None = None
     for p in pins[:24]:
         found = _nearest_conflicting(adjacency, p, pins)
         if found is not None and (best is None or len(found[1]) < len(best[1])):
-            best = found  # type: ignore[assignment]
+            best = found
     if best is None:
         constraints = [_constraint(ds, err.cid, [])]
         return PlanningConflict(
             f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints
         )
     _, path, p_pin, q_pin = best
-    facts: list[tuple[int, tuple]] = [
+    facts: list[tuple[int, _Fact]] = [
         (p_pin[2], ("pin", p_pin[0], p_pin[3])),
         (q_pin[2], ("pin", q_pin[0], q_pin[3])),
     ]
@@ -185,9 +193,9 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
     return PlanningConflict(message, constraints)
 
 
-def _nearest_conflicting(adjacency, p, pins):
+def _nearest_conflicting(adjacency: _Adjacency, p: _PinInfo, pins: list[_PinInfo]) -> _Found | None:
     """BFS from pin p to the nearest pin disagreeing with it on some field."""
-    targets: dict[int, list] = {}
+    targets: dict[int, list[_PinInfo]] = {}
     for q in pins:
         if any(a is not None and b is not None and a != b for a, b in zip(p[3], q[3])):
             targets.setdefault(q[0], []).append(q)
@@ -214,7 +222,7 @@ def _nearest_conflicting(adjacency, p, pins):
     return None
 
 
-def _unsat_core(facts: list[tuple[int, tuple]], timeout_ms: int) -> list[int]:
+def _unsat_core(facts: list[tuple[int, _Fact]], timeout_ms: int) -> list[int]:
     """Indicator literal per constraint id; unsat core; minimised by deletion."""
     ctx = z3.Context()
     cids = list(dict.fromkeys(c for c, _ in facts))
@@ -305,7 +313,7 @@ def _describe(kind: str, expr: Expr | None, detail: str, devices: list[str]) -> 
     return f"{kind} {text} shares one device{on}"
 
 
-def _message(ds: DomainSystem, p_pin, q_pin, ordered: list[int]) -> str:
+def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[int]) -> str:
     p_tag, q_tag = ds.tags[p_pin[2]], ds.tags[q_pin[2]]
     first = f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail)} is on {device_text(p_pin[1])} ({p_tag.kind} at {_loc(ds, p_pin[2])})"
     second = f"{_subject(q_tag.kind, q_tag.expr, q_tag.detail)} is on {device_text(q_pin[1])} ({q_tag.kind} at {_loc(ds, q_pin[2])})"

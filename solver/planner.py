@@ -254,7 +254,7 @@ def _parse_constraints(config: PlanConfig, table: list[Any]) -> tuple[list[_Pin]
 
 
 def _selector_text(pin: _Pin) -> str:
-    return spec_text(dict(pin.selector))  # type: ignore[arg-type]
+    return spec_text(dict(pin.selector))
 
 
 def _apply_op_pins(
@@ -307,7 +307,7 @@ def _apply_op_pins(
 def _find_pins(
     functions: list[tuple[GlobalVar, Function]], pins: list[_Pin]
 ) -> list[tuple[str, Any, VirtualDevice, int]]:
-    out = []
+    out: list[tuple[str, Any, VirtualDevice, int]] = []
     by_name = {gv.name: func for gv, func in functions}
     for pin in pins:
         if pin.kind == "param":

@@ -63,7 +63,7 @@ class Rewriter:
     def _result(self, d: Domain) -> VirtualDevice:
         while isinstance(d, tuple):
             d = d[-1]
-        vd = self.device_of(d)  # type: ignore[arg-type]
+        vd = self.device_of(d)
         if (
             vd.device_type is None
             and vd.target is None
