@@ -194,10 +194,24 @@ class RawDoc:
         self._fields: list[dict[str, int] | None] = [None] * len(nodes)
 
     def error(self, index: int | None, message: str) -> ParseError:
+        """A ParseError about node `index`, located at that node in the text."""
         if index is None:
             return ParseError(message, Span(self.source, 1, 1, 1, 2))
         type_key = self.nodes[index].get("type_key", "?") if 0 <= index < len(self.nodes) else "?"
-        return ParseError(f"node {index} ({type_key or 'null'}): {message}", Span(self.source, 1, 1, 1, 2))
+        return ParseError(f"node {index} ({type_key or 'null'}): {message}", self.node_span(index))
+
+    def node_span(self, index: int) -> Span:
+        """Where node `index` starts in the text: its `"type_key"` entry (one
+        per node, in order, in everything TVM writes); line 1 if not found."""
+        text = self.source.text
+        pos = -1
+        for _ in range(index + 1):
+            pos = text.find('"type_key"', pos + 1)
+            if pos < 0:
+                return Span(self.source, 1, 1, 1, 2)
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return Span(self.source, line, column, line, column + len('"type_key"'))
 
     def ref(self, index: int, name: str) -> int:
         """The node index held by object field `name` of node `index`."""
@@ -495,7 +509,7 @@ class _Decoder:
         value = self.get(index, name)
         if value is None and optional:
             return None
-        if not isinstance(value, cls) and not isinstance(value, TVMObject):
+        if not isinstance(value, cls):
             raise self.doc.error(index, f"field '{name}' should be {what}, got {_describe(value)}")
         return value
 
@@ -506,7 +520,7 @@ class _Decoder:
         if not isinstance(value, tuple):
             raise self.doc.error(index, f"field '{name}' should be an array of {what}, got {_describe(value)}")
         for item in value:
-            if not isinstance(item, cls) and not isinstance(item, TVMObject):
+            if not isinstance(item, cls):
                 raise self.doc.error(index, f"field '{name}' should hold {what}, got {_describe(item)}")
         return value
 
@@ -532,9 +546,15 @@ class _Decoder:
             raise self.doc.error(index, f"field '{name}' should be a string, got {_describe(value)}")
         return value
 
+    def span(self, index: int) -> Span | None:
+        value = self.get_as(index, "span", (Span, TVMObject), "a span")
+        return value if isinstance(value, Span) else None
+
     def expr_tail(self, index: int) -> dict[str, Any]:
-        span = self.get_as(index, "span", Span, "a span")
-        checked = self.get_as(index, "_checked_type_", A.Type, "a type")
+        # Spans and inferred types the IR cannot hold (SequentialSpan,
+        # PrimType) are dropped; the raw graph still writes them back.
+        span = self.get_as(index, "span", (Span, TVMObject), "a span")
+        checked = self.get_as(index, "_checked_type_", (A.Type, TVMObject), "a type")
         return {
             "span": span if isinstance(span, Span) else None,
             "checked_type": checked if isinstance(checked, A.Type) else None,
@@ -778,23 +798,23 @@ def _dec_clause(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Clause:
 
 
 def _dec_pwild(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternWildcard:
-    return A.PatternWildcard(span=dec.get_as(index, "span", Span, "a span"))
+    return A.PatternWildcard(span=dec.span(index))
 
 
 def _dec_pvar(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternVar:
     var = dec.get_as(index, "var", A.Var, "a variable", optional=False)
-    return A.PatternVar(var, span=dec.get_as(index, "span", Span, "a span"))
+    return A.PatternVar(var, span=dec.span(index))
 
 
 def _dec_pctor(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternConstructor:
     ctor = dec.get_as(index, "constructor", A.Constructor, "a constructor", optional=False)
     return A.PatternConstructor(
-        ctor, dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.get_as(index, "span", Span, "a span")
+        ctor, dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.span(index)
     )
 
 
 def _dec_ptuple(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternTuple:
-    return A.PatternTuple(dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.get_as(index, "span", Span, "a span"))
+    return A.PatternTuple(dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.span(index))
 
 
 def _dec_constructor(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Constructor:
@@ -814,7 +834,7 @@ def _dec_type_data(dec: _Decoder, index: int, node: dict[str, Any]) -> A.TypeDat
         header,
         dec.seq(index, "type_vars", A.TypeVar, "type variables"),
         dec.seq(index, "constructors", A.Constructor, "constructors"),
-        span=dec.get_as(index, "span", Span, "a span"),
+        span=dec.span(index),
     )
 
 
@@ -827,11 +847,11 @@ def _dec_tensor_type(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Tenso
     for dim in shape:
         if not isinstance(dim, (int, A.IntImm, A.AnyDim, str)) or isinstance(dim, bool):
             raise dec.doc.error(index, f"shape dimension should be an integer, ? or a variable, got {_describe(dim)}")
-    return A.TensorType(shape, dec.doc.plain(index, "dtype"), span=dec.get_as(index, "span", Span, "a span"))
+    return A.TensorType(shape, dec.doc.plain(index, "dtype"), span=dec.span(index))
 
 
 def _type_span(dec: _Decoder, index: int) -> Any:
-    return dec.get_as(index, "span", Span, "a span")
+    return dec.span(index)
 
 
 def _dec_tuple_type(dec: _Decoder, index: int, node: dict[str, Any]) -> A.TupleType:
@@ -911,17 +931,19 @@ def _dec_target(dec: _Decoder, index: int, node: dict[str, Any]) -> Target:
     kind = dec.get(index, "kind")
     if not isinstance(kind, str) or not kind:
         raise dec.doc.error(index, "target without a kind")
-    keys = dec.get(index, "keys") or ()
+    keys = dec.seq(index, "keys", str, "strings")
     attrs = dec.get(index, "attrs")
     host = dec.get_as(index, "host", Target, "a target")
     pairs: tuple[tuple[str, Any], ...] = ()
-    if isinstance(attrs, _MapValue):
+    if isinstance(attrs, _MapValue) and attrs.str_keys:
         pairs = tuple((str(k), _unbox(v)) for k, v in attrs.items)
+    elif attrs is not None:
+        raise dec.doc.error(index, f"field 'attrs' should be a map with string keys, got {_describe(attrs)}")
     return Target(
         kind,
-        tuple(str(k) for k in keys),
+        keys,
         pairs,
-        host if isinstance(host, Target) else None,
+        host,
         dec.string(index, "tag"),
         raw=RawRef(dec.doc, index),
     )

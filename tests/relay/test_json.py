@@ -540,3 +540,18 @@ def test_deep_let_chain_round_trips() -> None:
     back = relay.load_json(out)
     assert relay.structural_equal(module, back)
     assert relay.dump_json(back) == out
+
+
+def test_node_errors_point_at_the_node(corpus: Path) -> None:
+    text = (corpus / "mlp.json").read_text()
+    doc = json.loads(text)
+    target = next(i for i, n in enumerate(doc["nodes"]) if n["type_key"] == "relay.attrs.DenseAttrs")
+    bad = text.replace("relay.attrs.DenseAttrs", "relay.attrs.MysteryAttrs", 1)
+    with pytest.raises(relay.ParseError) as info:
+        relay.load_json(bad)
+    err = info.value
+    lines = bad.splitlines()
+    assert err.line is not None and err.column is not None
+    assert lines[err.line - 1][err.column - 1 :].startswith('"type_key": "relay.attrs.MysteryAttrs"')
+    assert f"node {target} (relay.attrs.MysteryAttrs)" in err.message
+    assert "^" in str(err)
