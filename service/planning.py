@@ -33,6 +33,16 @@ KIND_INTERNAL = "internal-error"
 DEADLINE_GRACE_S = 0.2
 
 
+# Plans in milliseconds but runs every stage (parser, solver with Z3, printer):
+# the readiness probe and each worker's warm-up use it.
+TINY_MODULE = """\
+#[version = "0.0.5"]
+def @main(%x: Tensor[(2), float32]) {
+  negative(%x)
+}
+"""
+
+
 def deadline_s(timeout_ms: int) -> float:
     """Wall-clock seconds a whole plan (parse, plan, print) may take."""
     return timeout_ms / 1000 + DEADLINE_GRACE_S

@@ -15,10 +15,18 @@ import multiprocessing
 import multiprocessing.connection
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from service.planning import KIND_INTERNAL, PlanFailure, PlanJob, run_plan_safely, timeout_failure
+from service.planning import (
+    KIND_INTERNAL,
+    TINY_MODULE,
+    PlanFailure,
+    PlanJob,
+    run_plan_safely,
+    timeout_failure,
+)
 
 log = logging.getLogger("devplan.pool")
 
@@ -40,7 +48,10 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
     from service.logs import configure
 
     configure(log_level)
-    conn.send("ready")  # imports done (relay, solver, z3): the first plan pays no start-up
+    # Warm up (imports, Z3's first context) so the first real plan pays no start-up;
+    # "ready" then also means this process can plan.
+    warm = run_plan_safely(PlanJob(module=TINY_MODULE, timeout_ms=30_000))
+    conn.send("ready" if "ok" in warm else f"warm-up failed: {warm['error']['message']}")
     while True:
         try:
             job = conn.recv()
@@ -125,10 +136,6 @@ class PlanPool:
             self._all.discard(worker)
         worker.kill()
 
-    def _replace(self, worker: _Worker) -> _Worker:
-        self._retire(worker)
-        return self._spawn()
-
     async def submit(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
         if self.kind == "thread":
             return await self._submit_thread(job, deadline_s)
@@ -158,11 +165,22 @@ class PlanPool:
                 idle = self._idle
 
                 def respawn() -> None:
-                    fresh = self._replace(worker)
-                    if self._closed:
-                        self._retire(fresh)
+                    self._retire(worker)
+                    for attempt in range(5):
+                        if self._closed:
+                            return
+                        try:
+                            fresh = self._spawn()
+                        except RuntimeError:
+                            log.exception("could not start a replacement planning worker (attempt %d)", attempt + 1)
+                            time.sleep(2**attempt)
+                            continue
+                        if self._closed:
+                            self._retire(fresh)
+                            return
+                        loop.call_soon_threadsafe(idle.put_nowait, fresh)
                         return
-                    loop.call_soon_threadsafe(idle.put_nowait, fresh)
+                    log.error("planning pool lost a worker for good; %d left", len(self._all))
 
                 worker.proc.kill()
                 self._threads.submit(respawn)

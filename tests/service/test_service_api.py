@@ -225,6 +225,35 @@ def test_time_limit_is_504_and_the_pool_recovers(client: Any, slow_module: str) 
     assert client.get("/readyz").status_code == 200
 
 
+def test_worker_crash_is_a_500_problem_and_the_pool_recovers(make_client: Any, slow_module: str) -> None:
+    import os
+    import signal
+    import threading
+
+    with make_client(pool_size=1) as c:
+        (worker,) = c.app.state.pool._all
+        killer = threading.Timer(0.5, os.kill, (worker.proc.pid, signal.SIGKILL))
+        killer.start()
+        r = c.post("/plan", json={"module": slow_module, "timeout_ms": 60_000})
+        killer.join()
+        body = assert_problem(r, 500, "internal-error")
+        assert "worker died" in body["detail"]
+        assert c.post("/plan", json=example("plain")).status_code == 200
+
+
+def test_busy_pool_answers_503_overloaded(make_client: Any, slow_module: str) -> None:
+    import threading
+
+    with make_client(pool_size=1, queue_timeout_ms=200) as c:
+        slow = threading.Thread(target=c.post, args=("/plan",), kwargs={"json": {"module": slow_module}})
+        slow.start()
+        time.sleep(0.3)
+        body = assert_problem(c.post("/plan", json=example("plain")), 503, "overloaded")
+        assert "slot" in body["detail"]
+        assert c.get("/healthz").status_code == 200
+        slow.join()
+
+
 def test_unknown_route_and_method_are_problems(client: Any) -> None:
     assert_problem(client.get("/nope"), 404, "not-found")
     assert_problem(client.get("/plan"), 405, "method-not-allowed")

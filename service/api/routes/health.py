@@ -8,19 +8,12 @@ from fastapi import APIRouter
 
 from service.api.deps import PoolDep
 from service.models import HealthResponse, ReadyResponse
-from service.planning import PlanJob
+from service.planning import TINY_MODULE, PlanJob
 from service.pool import PoolBusy
 from service.problems import NOT_READY, ProblemError, problem_responses
 
 router = APIRouter(tags=["health"])
 
-# Small enough to plan in milliseconds, real enough to exercise parser, solver (Z3) and printer.
-READINESS_MODULE = """\
-#[version = "0.0.5"]
-def @main(%x: Tensor[(2), float32]) {
-  negative(%x)
-}
-"""
 READINESS_DEADLINE_S = 10.0
 
 
@@ -44,7 +37,7 @@ async def healthz() -> HealthResponse:
 async def readyz(pool: PoolDep) -> ReadyResponse:
     start = time.perf_counter()
     try:
-        result = await pool.submit(PlanJob(module=READINESS_MODULE, timeout_ms=5000), READINESS_DEADLINE_S)
+        result = await pool.submit(PlanJob(module=TINY_MODULE, timeout_ms=5000), READINESS_DEADLINE_S)
     except PoolBusy:
         raise ProblemError(NOT_READY, "no planning slot became free") from None
     if "error" in result:
