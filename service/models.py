@@ -102,7 +102,12 @@ class PlanRequest(BaseModel):
         description="Request-level pins, named `constraint #k` in conflicts.",
     )
     timeout_ms: int | None = Field(
-        None, ge=1, le=600_000, description="Planning time limit; the server's default when absent."
+        None,
+        ge=1,
+        le=600_000,
+        description="Time limit in ms for the whole plan (parse, plan, print); past it the answer is a 504 "
+        "solver-timeout problem. The server's default (DEVPLAN_DEFAULT_TIMEOUT_MS) when absent; capped at "
+        "DEVPLAN_MAX_TIMEOUT_MS.",
     )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")

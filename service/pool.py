@@ -172,7 +172,9 @@ class PlanPool:
                         try:
                             fresh = self._spawn()
                         except RuntimeError:
-                            log.exception("could not start a replacement planning worker (attempt %d)", attempt + 1)
+                            log.exception(
+                                "could not start a replacement planning worker (attempt %d)", attempt + 1
+                            )
                             time.sleep(2**attempt)
                             continue
                         if self._closed:
