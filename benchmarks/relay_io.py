@@ -14,12 +14,12 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import relay  # noqa: E402
+import relay
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -80,7 +80,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a few corpus files only")
     args = parser.parse_args()
-    header = ["input", "MB", "parse ms", "parse MB/s", "print MB/s", "json load MB/s", "json dump MB/s", "peak MB"]
+    header = [
+        "input",
+        "MB",
+        "parse ms",
+        "parse MB/s",
+        "print MB/s",
+        "json load MB/s",
+        "json dump MB/s",
+        "peak MB",
+    ]
     rows = []
     if CORPUS.is_dir():
         names = sorted(p for p in CORPUS.glob("*.relay"))
