@@ -1655,8 +1655,11 @@ def _encode_expr(w: _Writer, expr: A.Expr, children: list[tuple[_Item, Any]]) ->
             spec = _Spec("relay.Call")
             add(spec.refs, children, "op", ("expr", callee))
             add(spec.refs, children, "args", ("array", ("expr", args)))
-            if attrs is not None and isinstance(callee, A.Op):
+            if isinstance(callee, A.Op) and op_attrs.schema_for(callee.name, attrs.type_key if attrs else None):
+                # TVM's reader needs every field, and its type relations need the node.
                 attrs = op_attrs.complete_attrs(callee.name, attrs)
+            elif attrs is not None and not attrs.fields and attrs.type_key is None:
+                attrs = None  # TVM writes no attributes node for add(...) and friends
             add(spec.refs, children, "attrs", ("attrs", attrs))
             add(spec.refs, children, "type_args", ("array", ("type", type_args)))
             _expr_tail(w, spec, children, expr)

@@ -555,3 +555,95 @@ def test_node_errors_point_at_the_node(corpus: Path) -> None:
     assert lines[err.line - 1][err.column - 1 :].startswith('"type_key": "relay.attrs.MysteryAttrs"')
     assert f"node {target} (relay.attrs.MysteryAttrs)" in err.message
     assert "^" in str(err)
+
+
+def test_types_of_every_kind_round_trip() -> None:
+    """Symbolic and `?` dimensions, non-int32 indices, ref, function, ADT and
+    incomplete types survive dump/load as equal values."""
+    a = A.TypeVar("A")
+    lst = A.GlobalTypeVar("List")
+    cons = A.Constructor("Cons", (a, A.TypeCall(lst, (a,))), lst, 0)
+    nil = A.Constructor("Nil", (), lst, 1)
+    typedef = A.TypeData(lst, (a,), (cons, nil))
+    shapes = A.TensorType((1, A.ANY, "n", A.IntImm(7, "int64")), "float16")
+    ref_t = A.RefType(A.TensorType((), "int32"))
+    fn_t = A.FuncType((shapes,), A.TupleType((shapes, ref_t)), (a,))
+    x = A.Var("x", shapes)
+    r = A.Var("r", ref_t)
+    f = A.Var("f", fn_t)
+    l = A.Var("l", A.TypeCall(lst, (A.TensorType((), "float32"),)))
+    y = A.Var("y")
+    body = A.Tuple(
+        (
+            A.Match(
+                l,
+                (
+                    A.Clause(A.PatternConstructor(cons, (A.PatternVar(y), A.PatternWildcard())), y),
+                    A.Clause(A.PatternConstructor(nil, ()), A.Call(A.op("zeros"), (), A.Attrs((("shape", ()), ("dtype", "float32"))))),
+                ),
+                complete=False,
+            ),
+            A.RefWrite(r, A.RefRead(r)),
+            A.If(A.Constant(A.NDArray.scalar(True, "bool")), x, x),
+            A.TupleGetItem(A.Tuple((x, x)), 1),
+            A.Call(f, (x,)),
+            A.Let(A.Var("z", A.IncompleteType()), A.RefCreate(x), x),
+        )
+    )
+    fn = A.Function((x, r, f, l), body, None, (a,), (("Primitive", 1), ("Composite", "my.pattern")))
+    module = A.Module(((A.GlobalVar("main"), fn),), (typedef,))
+    out = relay.dump_json(module)
+    back = relay.load_json(out)
+    assert relay.structural_equal(module, back)
+    assert relay.dump_json(back) == out
+    main = back["main"]
+    assert main.params[0].type_annotation == shapes
+    assert main.params[1].type_annotation == ref_t
+    assert main.params[2].type_annotation == fn_t
+    assert main.type_params == (a,)
+    assert main.attrs == (("Primitive", 1), ("Composite", "my.pattern"))
+    assert back.type_definitions[0].header == lst
+    back_cons = back.type_definitions[0].constructors[0]
+    match_node = main.body.fields[0]
+    assert match_node.clauses[0].lhs.constructor is back_cons and not match_node.complete
+    kinds = {n["type_key"] for n in json.loads(out)["nodes"]}
+    assert {"tir.Any", "tir.Var", "relay.RefType", "TypeCall", "IncompleteType", "relay.TypeData"} <= kinds
+    assert {"relay.RefWrite", "relay.RefRead", "relay.RefCreate", "relay.If", "relay.Let", "relay.Match"} <= kinds
+
+
+def test_strings_that_are_not_printable_use_repr_b64() -> None:
+    x = A.Var("x", A.TensorType((2,), "float32"))
+    fn = A.Function((x,), x, None, (), (("note", "line one\nline two"), ("name", "café")))
+    module = A.Module(((A.GlobalVar("main"), fn),))
+    out = relay.dump_json(module)
+    doc = json.loads(out)
+    b64 = [n for n in doc["nodes"] if "repr_b64" in n]
+    assert len(b64) == 2
+    back = relay.load_json(out)
+    assert back["main"].attrs == fn.attrs
+
+
+def test_calls_without_attributes_write_null_like_tvm(corpus: Path) -> None:
+    module = relay.parse_text((corpus / "mlp.relay").read_text())
+    fresh = json.loads(relay.dump_json(module))
+    original = json.loads((corpus / "mlp.json").read_text())
+
+    def attrs_kinds(doc: dict[str, Any]) -> collections.Counter[tuple[str, str]]:
+        nodes = doc["nodes"]
+        out: collections.Counter[tuple[str, str]] = collections.Counter()
+        for n in nodes:
+            if n["type_key"] == "relay.Call":
+                op = nodes[int(n["attrs"]["op"])].get("repr_str", "")
+                out[(op, nodes[int(n["attrs"]["attrs"])]["type_key"])] += 1
+        return out
+
+    assert attrs_kinds(fresh) == attrs_kinds(original)
+    assert ("nn.relu", "") in attrs_kinds(fresh)
+
+
+def test_schema_ops_without_attributes_get_defaults() -> None:
+    x = A.Var("x", A.TensorType((1, 10), "float32"))
+    module = A.Module(((A.GlobalVar("main"), A.Function((x,), A.Call(A.op("nn.softmax"), (x,)))),))
+    doc = json.loads(relay.dump_json(module))
+    node = next(n for n in doc["nodes"] if n["type_key"] == "relay.attrs.SoftmaxAttrs")
+    assert node["attrs"] == {"axis": "-1"}
