@@ -57,9 +57,11 @@ def chain(n: int) -> Module:
     return Module(functions=((GlobalVar("main"), Function((x,), e, T)),))
 
 
-def let_chain(n: int) -> Module:
-    """`let %vi = add(%v(i-1), %x); ...`: n nested lets (ANF)."""
+def let_chain(n: int, *, lets: int | None = None) -> Module:
+    """`let %vi = add(%v(i-1), %x); ...`: about n nodes (n/3 nested lets, ANF),
+    or exactly `lets` lets."""
     x = Var("x", T)
+    n = lets if lets is not None else max(1, n // 3)
     vars_ = [Var(f"v{i}", T) for i in range(n)]
     body: object = vars_[-1]
     for i in range(n - 1, -1, -1):
@@ -189,6 +191,11 @@ def main() -> None:
             repeat = args.repeat if n <= 10_000 else 1
             rows.append(measure(f"{kind} {n}", module, repeat, not args.no_memory and n <= 50_000))
             print(f"  done {kind} {n}", file=sys.stderr)
+    if not args.quick:
+        # TVM's yardsticks: 10,000 and 50,000 adds, 50,000 let-bound adds.
+        rows.append(measure("adds 10000", chain(10_000), args.repeat, False))
+        rows.append(measure("adds 50000", chain(50_000), 1, False))
+        rows.append(measure("lets 50000", let_chain(0, lets=50_000), 1, False))
     header = (
         "case",
         "nodes",
