@@ -163,7 +163,7 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
     pins = [(e, vd, c, codes.values(vd)) for e, vd, c in ds.pins if e in dist and ds.tags[c].hard]
     pins.sort(key=lambda p: dist[p[0]])
     best: _Found | None = None
-    for p in pins[:24]:
+    for p in pins[:8]:
         found = _nearest_conflicting(adjacency, p, pins)
         if found is not None and (best is None or len(found[1]) < len(best[1])):
             best = found
