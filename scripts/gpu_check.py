@@ -1,0 +1,132 @@
+"""Heterogeneous CPU+GPU check: plan, lower, compile, run, compare with CPU only.
+
+Run by scripts/gpu_check.sh on a machine with a CUDA GPU. For each model
+it prints one line: the plan, the devices, the max abs error against the
+CPU-only build of the unplanned model, and the stage timings. `--dry-run`
+maps cuda to a second CPU device so the script itself can be checked on a
+machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tvm  # noqa: E402
+
+import relay  # noqa: E402
+import tvm_bridge  # noqa: E402
+from relay import ast  # noqa: E402
+from relay.traverse import rewrite  # noqa: E402
+from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus, random_inputs, retarget  # noqa: E402
+
+
+def _timed_runs(compiled: tvm_bridge.Compiled, inputs: list[np.ndarray], repeat: int) -> tuple[Any, float]:
+    out = tvm_bridge.run(compiled, inputs)  # warm-up (first CUDA launch loads the module)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = tvm_bridge.run(compiled, inputs)
+        times.append(time.perf_counter() - start)
+    return out, statistics.median(times) * 1e3
+
+
+def _max_error(a: Any, b: Any) -> float:
+    if isinstance(a, tuple):
+        return max(_max_error(x, y) for x, y in zip(a, b))
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def pin_first_convolutions(module: ast.Module, count: int, device: relay.VirtualDevice) -> ast.Module:
+    """`module` with its first `count` convolutions wrapped in on_device(device)."""
+    pinned: list[ast.Expr] = []
+
+    def visit(original: ast.Expr, rebuilt: ast.Expr) -> ast.Expr:
+        if (
+            isinstance(rebuilt, ast.Call)
+            and getattr(rebuilt.op, "name", "") == "nn.conv2d"
+            and len(pinned) < count
+        ):
+            pinned.append(rebuilt)
+            return ast.on_device(rebuilt, device)
+        return rebuilt
+
+    main = module["main"]
+    func = dataclasses.replace(main, body=rewrite(main.body, visit))
+    return ast.Module(((module.functions[0][0], func),), (), {"VirtualDevice": [device]})
+
+
+def check(name: str, planned: ast.Module, reference: ast.Module, repeat: int) -> str:
+    start = time.perf_counter()
+    lowered = tvm_bridge.to_relax(planned)
+    lower_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    compiled = tvm_bridge.compile(lowered)
+    compile_s = time.perf_counter() - start
+    cpu = tvm_bridge.compile(tvm_bridge.to_relax(reference))
+    inputs = random_inputs(reference["main"])
+    out, run_ms = _timed_runs(compiled, inputs, repeat)
+    expected, cpu_ms = _timed_runs(cpu, inputs, repeat)
+    devices = ",".join(f"{d.type if hasattr(d, 'type') else d}:{d.index}" for d in compiled.devices)
+    return (
+        f"{name:34s} devices={devices:14s} max_abs_err={_max_error(out, expected):.3e} "
+        f"lower={lower_ms:7.1f}ms compile={compile_s:6.2f}s run={run_ms:8.2f}ms cpu_only_run={cpu_ms:8.2f}ms"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dry-run", action="store_true", help="map cuda to cpu:1 (no GPU needed)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--models", nargs="*", default=None, help="extra whole-model cuda plans (corpus names)")
+    args = parser.parse_args()
+    gpu = CPU1 if args.dry_run else CUDA0
+    if not args.dry_run and not tvm.cuda(0).exist:
+        print("no CUDA GPU visible; use --dry-run", file=sys.stderr)
+        return 2
+    mapping = {1: CPU0, 2: gpu}
+    failures = 0
+    lines = []
+
+    def attempt(name: str, make: Any) -> None:
+        nonlocal failures
+        try:
+            planned, reference = make()
+            line = check(name, planned, reference, args.repeat)
+        except Exception as exc:  # report and go on to the next model
+            failures += 1
+            line = f"{name:34s} FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        lines.append(line)
+        print(line, flush=True)
+
+    def resnet18_solver() -> tuple[ast.Module, ast.Module]:
+        import solver
+
+        module = load_corpus("resnet18.relay")
+        annotated = pin_first_convolutions(module, 2, CPU0)
+        target = "cpu:1" if args.dry_run else "cuda"
+        config = solver.PlanConfig(virtual_devices=("cpu:0", target), default_device=target, host_device="cpu:0")
+        return solver.plan(annotated, config).module, module
+
+    attempt("resnet18 (first 2 convs cpu, solver)", resnet18_solver)
+    for name in ["resnet18.annotated.planned", "mlp.annotated.planned", "lstm.annotated.planned"]:
+        attempt(f"{name} (TVM plan)", lambda n=name: (retarget(load_corpus(f"{n}.relay"), mapping),
+                                                        retarget(load_corpus(f"{n}.relay"), None)))
+    for name in args.models or ["resnet18", "mobilenet", "squeezenet", "mlp", "dqn"]:
+        attempt(f"{name}.planned (all gpu)", lambda n=name: (retarget(load_corpus(f"{n}.planned.relay"), mapping),
+                                                             load_corpus(f"{n}.relay")))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
