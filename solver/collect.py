@@ -212,7 +212,7 @@ class Collector:
             self.ds.unify(self.dom(gv), self.dom(func), self._tag("global", gv, gv.name))
             self._walk(func, seen)
         for what, node, device, k in pins:
-            cid = self._tag(f"constraint #{k}", node, what)
+            cid = self._tag(f"constraint #{k}", node, node.name if what == "param" else what)
             vd = self.ds.canonical(device)
             if what == "param":
                 shape = self.shapes.var.get(id(node)) or type_shape(node.type_annotation)

@@ -59,6 +59,8 @@ class DomainSystem:
         self._canon_id: dict[int, VirtualDevice] = {}
         self._undo: list[tuple[int, int, VirtualDevice]] | None = None
         self.logging = True
+        # Parameters of global functions -> "@name", for messages.
+        self.param_owner: dict[int, str] = {}
         self._default_memo: dict[tuple[int, int], VirtualDevice] = {}
         self._keep: list[Any] = []
 

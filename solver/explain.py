@@ -314,25 +314,49 @@ def _describe(kind: str, expr: Expr | None, detail: str, devices: list[str]) -> 
 
 
 def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[int]) -> str:
+    """`X is on cpu (annotation at 4:7) but the call at 9:3 passes Y on cuda (...)`."""
+    owners = ds.param_owner
     p_tag, q_tag = ds.tags[p_pin[2]], ds.tags[q_pin[2]]
-    first = f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail)} is on {device_text(p_pin[1])} ({p_tag.kind} at {_loc(ds, p_pin[2])})"
-    second = f"{_subject(q_tag.kind, q_tag.expr, q_tag.detail)} is on {device_text(q_pin[1])} ({q_tag.kind} at {_loc(ds, q_pin[2])})"
+    if _subject(q_tag.kind, q_tag.expr, q_tag.detail, owners).startswith("parameter") and not _subject(
+        p_tag.kind, p_tag.expr, p_tag.detail, owners
+    ).startswith("parameter"):
+        # Name the callee's parameter first: "parameter %x of @f is on cpu but the call passes ..."
+        p_pin, q_pin = q_pin, p_pin
+        p_tag, q_tag = q_tag, p_tag
+    first = (
+        f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail, owners)} is on {device_text(p_pin[1])} "
+        f"({p_tag.kind} at {_loc(ds, p_pin[2])})"
+    )
+    second_subject = _subject(q_tag.kind, q_tag.expr, q_tag.detail, owners)
+    second_where = f"({q_tag.kind} at {_loc(ds, q_pin[2])})"
     links = [c for c in ordered if c not in (p_pin[2], q_pin[2])]
+    calls = [c for c in links if ds.tags[c].kind == "call site"]
+    if len(calls) == 1:
+        call = calls[0]
+        links.remove(call)
+        second = (
+            f"the call at {_loc(ds, call)} passes {second_subject} on {device_text(q_pin[1])} {second_where}"
+        )
+    else:
+        second = f"{second_subject} is on {device_text(q_pin[1])} {second_where}"
     via = ""
     if links:
-        via = " and they must share one device through " + ", ".join(
-            f"{ds.tags[c].kind} at {_loc(ds, c)}" for c in links[:6]
-        )
+        via = "; linked through " + ", ".join(f"{ds.tags[c].kind} at {_loc(ds, c)}" for c in links[:6])
         if len(links) > 6:
             via += f" (and {len(links) - 6} more)"
     return f"device conflict: {first} but {second}{via}"
 
 
-def _subject(kind: str, expr: Expr | None, detail: str) -> str:
-    if kind == "parameter attribute":
-        return f"parameter %{detail}"
+def _subject(kind: str, expr: Expr | None, detail: str, owners: dict[int, str] | None = None) -> str:
+    owners = owners or {}
+    if kind == "parameter attribute" or (kind.startswith("constraint #") and isinstance(expr, Var)):
+        owner = owners.get(id(expr)) if expr is not None else None
+        return f"parameter %{detail}" + (f" of {owner}" if owner else "")
     if kind == "function attribute":
         return "the function result"
-    if isinstance(expr, Call) and kind in ("annotation",) and expr.args:
-        return short_text(expr.args[0])
+    if isinstance(expr, Call) and kind == "annotation" and expr.args:
+        arg = expr.args[0]
+        if isinstance(arg, Var) and id(arg) in owners:
+            return f"parameter %{arg.name} of {owners[id(arg)]}"
+        return short_text(arg)
     return short_text(expr) or kind

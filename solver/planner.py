@@ -407,6 +407,9 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
 
     # Collection + presolve (hard constraints; conflicts explained).
     t = time.perf_counter()
+    for gv, func in functions:
+        for param in func.params:
+            ds.param_owner[id(param)] = f"@{gv.name}"
     collector = Collector(module, functions, shapes, ds, canonical(default), host, annotation_kinds)
     try:
         collector.collect(request_pins)

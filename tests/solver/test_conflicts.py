@@ -149,3 +149,28 @@ def test_corpus_conflict_explanations_have_spans(request: pytest.FixtureRequest)
         assert all(
             c.span is not None for c in err.constraints if c.kind in ("annotation", "copy", "call site")
         )
+
+
+CALLEE_PARAM = """#[version = "0.0.5"]
+def @f(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  %0 = on_device(%x, virtual_device=meta[VirtualDevice][0], constrain_result=True);
+  negative(%0)
+}
+
+def @main(%y: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  %1 = exp(%y);
+  %2 = on_device(%1, virtual_device=meta[VirtualDevice][1], constrain_result=True);
+  @f(%2)
+}
+"""
+
+
+def test_message_names_parameter_call_and_devices() -> None:
+    err = _conflict(CALLEE_PARAM)
+    assert err.message.startswith(
+        "device conflict: parameter %x of @f is on cpu (annotation at 3:8) "
+        "but the call at 10:3 passes exp(%y) on cuda (annotation at 9:8)"
+    )
+    kinds = [c.kind for c in err.constraints]
+    assert kinds[0] == "annotation" and kinds[-1] == "annotation" and "call site" in kinds
+    assert ("call site", 10, 3) in _summary(err)
