@@ -264,7 +264,7 @@ for variant in $VARIANTS; do
         podman volume create "$VOLUME"
         podman run --detach --name "$CONTAINER" --publish "127.0.0.1:$PORT:8000" \
             --volume "$VOLUME:/var/lib/devplan/artifacts" --stop-timeout "$STOP_TIMEOUT" \
-            --env DEVPLAN_LOG_LEVEL=info --memory 2g --cpus 2 \
+            --env DEVPLAN_LOG_LEVEL=info --env DEVPLAN_GRACEFUL_TIMEOUT_S=20 --memory 2g --cpus 2 \
             --read-only --cap-drop ALL --security-opt no-new-privileges "$IMAGE"
     }
     STEP_NOTE="(127.0.0.1:$PORT -> 8000)"
@@ -310,22 +310,35 @@ for variant in $VARIANTS; do
     step "non-root-$variant" check_non_root
 
     stop_gracefully() {
-        local t0 code oom stop_log=$WORK/stop-$variant.log took
-        t0=$(date +%s)
+        local t0 code oom stop_log=$WORK/stop-$variant.log took client=$WORK/inflight-$variant.json pid i
+        # A plan that takes seconds is in flight when SIGTERM arrives: a graceful server finishes it.
+        python3 "$REPO/docker/smoke_http.py" --inflight "http://127.0.0.1:$PORT" "$client" &
+        pid=$!
+        for ((i = 0; i < 100; i++)); do [[ -e ${client%.json}.sent ]] && break; sleep 0.1; done
+        [[ -e ${client%.json}.sent ]] || { echo "the in-flight request was not sent"; return 1; }
+        sleep 0.5
+        t0=$(date +%s.%N)
         podman stop --time "$STOP_TIMEOUT" "$CONTAINER" 2>"$stop_log"
-        took=$(($(date +%s) - t0))
+        took=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)")
+        wait "$pid"
         code=$(podman inspect --format '{{.State.ExitCode}}' "$CONTAINER")
         oom=$(podman inspect --format '{{.State.OOMKilled}}' "$CONTAINER")
         cat "$stop_log"
         echo "exit code $code after ${took}s (timeout ${STOP_TIMEOUT}s), oom=$oom"
-        podman logs --tail 5 "$CONTAINER"
+        echo "in-flight request: $(cat "$client")"
+        podman logs --tail 5 "$CONTAINER" 2>&1
         if grep -q -i sigkill "$stop_log"; then echo "podman resorted to SIGKILL"; return 1; fi
-        ((took < STOP_TIMEOUT)) || { echo "stop took the whole timeout"; return 1; }
+        python3 -c "import sys; sys.exit(float(sys.argv[1]) >= float(sys.argv[2]))" "$took" "$STOP_TIMEOUT" \
+            || { echo "stop took the whole timeout"; return 1; }
         # 0: the server returned after its shutdown; 143: it re-raised SIGTERM after a clean shutdown.
         [[ $code == 0 || $code == 143 ]] || { echo "unexpected exit code $code"; return 1; }
+        python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(not (r['status'] == 200 and r['expressions'] > r['n']))" "$client" \
+            || { echo "the in-flight request did not complete"; return 1; }
         echo "$code" >"$WORK/exit-$variant"
+        echo "exit $code, stop ${took}s, in-flight plan answered 200 after $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['seconds'])" "$client")s" >"$WORK/stop-note-$variant"
     }
     step "graceful-stop-$variant" stop_gracefully
+    sed 's/^/[smoke]   | /' "$WORK/stop-note-$variant"
     podman rm -f -t 0 "$CONTAINER" >/dev/null 2>&1 || true
     podman volume rm -f "$VOLUME" >/dev/null 2>&1 || true
     CONTAINER=""; VOLUME=""

@@ -4,18 +4,22 @@ Why a separate file: the host running the smoke test has python3 but not necessa
 venv, and the checks read JSON, which is clumsy in shell. Each check prints one line; the first
 failure raises SystemExit with a message, so the caller sees a non-zero exit status.
 
-Usage: python3 smoke_http.py BASE_URL VARIANT    (VARIANT: plan or full)
+Usage: python3 smoke_http.py BASE_URL VARIANT           (VARIANT: plan or full)
+       python3 smoke_http.py --inflight BASE_URL OUT     (a slow /plan kept in flight across a stop)
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 EXAMPLE_MODULE = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) { exp(%x) }\n'
 
@@ -126,7 +130,50 @@ def check_compile(base: str) -> str:
     return f"artifact {body['artifact_id']} {body['size_bytes']} bytes"
 
 
+def chain_module(n: int) -> str:
+    """A let-chain of n exp calls: planning it takes seconds, long enough to overlap a stop."""
+    lines = ['#[version = "0.0.5"]', "def @main(%x: Tensor[(4), float32]) {"]
+    prev = "%x"
+    for i in range(n):
+        lines.append(f"  %{i} = exp({prev});")
+        prev = f"%{i}"
+    lines += [f"  {prev}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def inflight(base: str, out: Path, n: int = 30_000) -> int:
+    """Send a slow /plan, mark OUT.sent once the whole request is on the wire, then wait for the answer.
+
+    The caller stops the container after OUT.sent appears; a graceful server still answers this request
+    (200 with the full plan) before it exits. OUT gets {status, seconds, expressions}.
+    """
+    url = urlsplit(base)
+    body = json.dumps({"module": chain_module(n), "timeout_ms": 120_000}).encode()
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+    t0 = time.perf_counter()
+    conn.request("POST", "/plan", body=body, headers={"Content-Type": "application/json"})
+    out.with_suffix(".sent").write_text("sent\n")
+    result: dict[str, Any] = {}
+    try:
+        resp = conn.getresponse()
+        data = resp.read()
+        result["status"] = resp.status
+        if resp.status == 200:
+            result["expressions"] = sum(json.loads(data)["summary"]["expressions_by_device"].values())
+        else:
+            result["body"] = data[:300].decode(errors="replace")
+    except (OSError, http.client.HTTPException) as err:
+        result["status"] = None
+        result["error"] = f"{type(err).__name__}: {err}"
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    result["n"] = n
+    out.write_text(json.dumps(result) + "\n")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[0] == "--inflight":
+        return inflight(argv[1].rstrip("/"), Path(argv[2]))
     base, variant = argv[0].rstrip("/"), argv[1]
     check("health", check_health, base)
     check("plan", check_plan, base)
