@@ -47,7 +47,7 @@ def dl_to_dtype(code: int, bits: int, lanes: int) -> str:
 
 
 def element_bytes(dtype: str) -> int:
-    code, bits, lanes = dtype_to_dl(dtype)
+    _code, bits, lanes = dtype_to_dl(dtype)
     return (bits * lanes + 7) // 8
 
 
@@ -88,7 +88,9 @@ def ndarray_from_bytes(blob: bytes) -> NDArray:
     pos += 8
     expected = math.prod(shape) * ((bits * lanes + 7) // 8)
     if nbytes != expected:
-        raise NDArrayFormatError(f"NDArray says {nbytes} data bytes, shape {shape} of {dtype} needs {expected}")
+        raise NDArrayFormatError(
+            f"NDArray says {nbytes} data bytes, shape {shape} of {dtype} needs {expected}"
+        )
     data = blob[pos : pos + nbytes]
     if len(data) != nbytes:
         raise NDArrayFormatError(f"NDArray data truncated: {len(data)} of {nbytes} bytes")

@@ -55,12 +55,7 @@ REF_KINDS: Final = frozenset(
 class _Required:
     """Marker for a field TVM declares without a default (always printed)."""
 
-    _instance: _Required | None = None
-
-    def __new__(cls) -> _Required:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return "REQUIRED"
@@ -192,7 +187,9 @@ _SCHEMA_LIST: tuple[AttrsSchema, ...] = (
         ("constrain_result", "bool", False),
         ("constrain_body", "bool", True),
     ),
-    _schema("DeviceCopyAttrs", ("src_virtual_device", "VirtualDevice"), ("dst_virtual_device", "VirtualDevice")),
+    _schema(
+        "DeviceCopyAttrs", ("src_virtual_device", "VirtualDevice"), ("dst_virtual_device", "VirtualDevice")
+    ),
     # memory / vm dialect
     _schema("AllocStorageAttrs", ("dtype", "dtype", "float32"), ("virtual_device", "VirtualDevice")),
     _schema(
@@ -262,13 +259,22 @@ _SCHEMA_LIST: tuple[AttrsSchema, ...] = (
     _pool("AvgPool3DAttrs", 3, "NCDHW", "str", avg=True),
     _schema("GlobalPool2DAttrs", ("layout", "String", "NCHW"), ("out_layout", "String", "")),
     _schema(
-        "AdaptivePool1DAttrs", ("output_size", "IndexExprs", ()), ("layout", "str", "NCW"), ("out_layout", "String", "")
+        "AdaptivePool1DAttrs",
+        ("output_size", "IndexExprs", ()),
+        ("layout", "str", "NCW"),
+        ("out_layout", "String", ""),
     ),
     _schema(
-        "AdaptivePool2DAttrs", ("output_size", "IndexExprs", ()), ("layout", "str", "NCHW"), ("out_layout", "String", "")
+        "AdaptivePool2DAttrs",
+        ("output_size", "IndexExprs", ()),
+        ("layout", "str", "NCHW"),
+        ("out_layout", "String", ""),
     ),
     _schema(
-        "AdaptivePool3DAttrs", ("output_size", "IndexExprs", ()), ("layout", "str", "NCDHW"), ("out_layout", "String", "")
+        "AdaptivePool3DAttrs",
+        ("output_size", "IndexExprs", ()),
+        ("layout", "str", "NCDHW"),
+        ("out_layout", "String", ""),
     ),
     _schema(
         "UpSamplingAttrs",
@@ -315,7 +321,9 @@ _SCHEMA_LIST: tuple[AttrsSchema, ...] = (
     _schema("LayoutTransformAttrs", ("src_layout", "str"), ("dst_layout", "str")),
     _schema("ArangeAttrs", ("start", "Expr"), ("stop", "Expr"), ("step", "Expr"), ("dtype", "dtype")),
     # reductions
-    _schema("ReduceAttrs", ("axis", "Integers", None), ("keepdims", "bool", False), ("exclude", "bool", False)),
+    _schema(
+        "ReduceAttrs", ("axis", "Integers", None), ("keepdims", "bool", False), ("exclude", "bool", False)
+    ),
     _schema(
         "ArgReduceAttrs",
         ("axis", "Integers", None),
@@ -510,7 +518,9 @@ def non_default_fields(op_name: str, attrs: Attrs | None) -> tuple[tuple[str, An
         if f.name not in given:
             continue
         value = given[f.name]
-        if f.default is not REQUIRED and _same(normalize_value(f.kind, value), normalize_value(f.kind, f.default)):
+        if f.default is not REQUIRED and _same(
+            normalize_value(f.kind, value), normalize_value(f.kind, f.default)
+        ):
             continue
         out.append((f.name, value))
     known = set(schema.names)

@@ -28,8 +28,9 @@ import json
 import logging
 import math
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from . import ast as A
 from . import op_attrs
@@ -140,14 +141,23 @@ NODE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # Objects TVM writes as their repr bytes alone (no attrs).
 REPR_TYPES = frozenset(
-    {"runtime.String", "Op", "TargetKind", "SourceName", "runtime.BoxInt", "runtime.BoxFloat", "runtime.BoxBool", "EnvFunc"}
+    {
+        "runtime.String",
+        "Op",
+        "TargetKind",
+        "SourceName",
+        "runtime.BoxInt",
+        "runtime.BoxFloat",
+        "runtime.BoxBool",
+        "EnvFunc",
+    }
 )
 CONTAINER_TYPES = frozenset({"Array", "Map"})
 # TVM's indexer visits a Let's fields in this order (and never its virtual_device_).
 _LET_INDEX_ORDER = ("var", "value", "span", "_checked_type_", "body", "virtual_device_")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ref_order(type_key: str) -> tuple[str, ...]:
     """Object fields in the order TVM's indexer visits them."""
     if type_key == "relay.Let":
@@ -155,7 +165,7 @@ def _ref_order(type_key: str) -> tuple[str, ...]:
     return tuple(n for n, k in node_fields(type_key) or () if k == REF)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _plain_fields(type_key: str) -> tuple[tuple[str, str], ...]:
     return tuple((n, k) for n, k in node_fields(type_key) or () if k != REF)
 
@@ -172,7 +182,12 @@ def node_fields(type_key: str) -> tuple[tuple[str, str], ...] | None:
 
 
 def is_known_type_key(type_key: str) -> bool:
-    return type_key == "" or type_key in REPR_TYPES or type_key in CONTAINER_TYPES or node_fields(type_key) is not None
+    return (
+        type_key == ""
+        or type_key in REPR_TYPES
+        or type_key in CONTAINER_TYPES
+        or node_fields(type_key) is not None
+    )
 
 
 # --------------------------------------------------------------------------
@@ -182,9 +197,16 @@ def is_known_type_key(type_key: str) -> bool:
 class RawDoc:
     """A parsed TVM JSON document: its nodes and base64 tensors, checked."""
 
-    __slots__ = ("nodes", "b64ndarrays", "attrs", "root", "source", "_children", "_fields")
+    __slots__ = ("_children", "_fields", "attrs", "b64ndarrays", "nodes", "root", "source")
 
-    def __init__(self, nodes: list[dict[str, Any]], b64: list[str], attrs: dict[str, str], root: int, source: SourceText):
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        b64: list[str],
+        attrs: dict[str, str],
+        root: int,
+        source: SourceText,
+    ):
         self.nodes = nodes
         self.b64ndarrays = b64
         self.attrs = attrs
@@ -233,14 +255,16 @@ class RawDoc:
         except ValueError:
             raise self.error(index, f"field '{name}' should be a node index, got {text!r}") from None
         if not 0 <= target < len(self.nodes):
-            raise self.error(index, f"field '{name}' refers to node {target}, but there are {len(self.nodes)} nodes")
+            raise self.error(
+                index, f"field '{name}' refers to node {target}, but there are {len(self.nodes)} nodes"
+            )
         return target
 
     def plain(self, index: int, name: str) -> str:
         attrs = self.nodes[index].get("attrs")
         if attrs is None or name not in attrs:
             raise self.error(index, f"missing field '{name}'")
-        return attrs[name]
+        return str(attrs[name])
 
     def children(self, index: int) -> tuple[int, ...]:
         """Referenced node indices in TVM's visit order (validated, cached)."""
@@ -272,7 +296,7 @@ class RawDoc:
     def repr_text(self, index: int) -> str:
         node = self.nodes[index]
         if "repr_str" in node:
-            return node["repr_str"]
+            return str(node["repr_str"])
         if "repr_b64" in node:
             try:
                 raw = base64.b64decode(node["repr_b64"].encode("ascii"), validate=True)
@@ -283,14 +307,14 @@ class RawDoc:
 
 
 class RawRef(NamedTuple):
-    """Node `index` of a raw document."""
+    """Node number `node` of a raw document."""
 
     doc: RawDoc
-    index: int
+    node: int
 
     @property
     def type_key(self) -> str:
-        return str(self.doc.nodes[self.index]["type_key"])
+        return str(self.doc.nodes[self.node]["type_key"])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -304,7 +328,7 @@ class TVMObject:
 
     def boxed_value(self) -> int | float | bool | None:
         """The Python value of a `runtime.Box*` object, else None."""
-        text = self.raw.doc.repr_text(self.raw.index)
+        text = self.raw.doc.repr_text(self.raw.node)
         try:
             if self.type_key == "runtime.BoxInt":
                 return int(text)
@@ -346,19 +370,25 @@ def parse_document(text: str | bytes, name: str = "<json>") -> RawDoc:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
             source = SourceText(name, "")
-            raise ParseError(f"TVM JSON is not UTF-8 text: {exc.reason} at byte {exc.start}", Span(source, 1, 1, 1, 2)) from None
+            raise ParseError(
+                f"TVM JSON is not UTF-8 text: {exc.reason} at byte {exc.start}", Span(source, 1, 1, 1, 2)
+            ) from None
     if not isinstance(text, str):
         raise ParseError(f"TVM JSON must be text, not {type(text).__name__}")
     source = SourceText(name, text)
     try:
         data = json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
-        raise ParseError(f"malformed JSON: {exc.msg}", Span(source, exc.lineno, exc.colno, exc.lineno, exc.colno + 1)) from None
+        raise ParseError(
+            f"malformed JSON: {exc.msg}", Span(source, exc.lineno, exc.colno, exc.lineno, exc.colno + 1)
+        ) from None
     except RecursionError:
         raise ParseError("malformed TVM JSON: nesting too deep", Span(source, 1, 1, 1, 2)) from None
     top = Span(source, 1, 1, 1, 2)
     if not isinstance(data, dict):
-        raise ParseError(f"TVM JSON must be an object with 'root' and 'nodes', got {type(data).__name__}", top)
+        raise ParseError(
+            f"TVM JSON must be an object with 'root' and 'nodes', got {type(data).__name__}", top
+        )
     if "nodes" not in data or "root" not in data:
         missing = "nodes" if "nodes" not in data else "root"
         raise ParseError(f"TVM JSON lacks '{missing}'", top)
@@ -391,17 +421,19 @@ def _check_node(doc: RawDoc, i: int, node: Any) -> None:
     if not is_known_type_key(type_key):
         raise doc.error(i, f"unknown type_key '{type_key}'")
     attrs = node.get("attrs")
-    if attrs is not None:
-        if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
-            raise doc.error(i, "'attrs' must map names to strings")
+    if attrs is not None and (
+        not isinstance(attrs, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items())
+    ):
+        raise doc.error(i, "'attrs' must map names to strings")
     data = node.get("data")
-    if data is not None:
-        if not isinstance(data, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in data):
-            raise doc.error(i, "'data' must be a list of node indices")
+    if data is not None and (
+        not isinstance(data, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in data)
+    ):
+        raise doc.error(i, "'data' must be a list of node indices")
     keys = node.get("keys")
-    if keys is not None:
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise doc.error(i, "'keys' must be a list of strings")
+    if keys is not None and (not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)):
+        raise doc.error(i, "'keys' must be a list of strings")
     for key in ("repr_str", "repr_b64"):
         if key in node and not isinstance(node[key], str):
             raise doc.error(i, f"'{key}' must be a string")
@@ -445,7 +477,7 @@ class Origins:
     are values, so they are also found by value (first node wins).
     """
 
-    __slots__ = ("doc", "by_id", "vd_by_value")
+    __slots__ = ("by_id", "doc", "vd_by_value")
 
     def __init__(self, doc: RawDoc) -> None:
         self.doc = doc
@@ -518,7 +550,9 @@ class _Decoder:
         if value is None:
             return ()
         if not isinstance(value, tuple):
-            raise self.doc.error(index, f"field '{name}' should be an array of {what}, got {_describe(value)}")
+            raise self.doc.error(
+                index, f"field '{name}' should be an array of {what}, got {_describe(value)}"
+            )
         for item in value:
             if not isinstance(item, cls):
                 raise self.doc.error(index, f"field '{name}' should hold {what}, got {_describe(item)}")
@@ -563,7 +597,7 @@ class _Decoder:
     def device(self, index: int, name: str) -> VirtualDevice | None:
         """An expression's virtual_device_: None when null or fully unconstrained."""
         value = self.get_as(index, name, VirtualDevice, "a virtual device")
-        if value is None or isinstance(value, TVMObject) or value.is_fully_unconstrained:
+        if not isinstance(value, VirtualDevice) or value.is_fully_unconstrained:
             return None
         return value
 
@@ -753,7 +787,9 @@ def _dec_tuple(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Tuple:
 
 
 def _dec_tgi(dec: _Decoder, index: int, node: dict[str, Any]) -> A.TupleGetItem:
-    return A.TupleGetItem(dec.expr(index, "tuple_value"), dec.int_field(index, "index"), **dec.expr_tail(index))
+    return A.TupleGetItem(
+        dec.expr(index, "tuple_value"), dec.int_field(index, "index"), **dec.expr_tail(index)
+    )
 
 
 def _dec_constant(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Constant:
@@ -808,9 +844,7 @@ def _dec_pvar(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternVar:
 
 def _dec_pctor(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternConstructor:
     ctor = dec.get_as(index, "constructor", A.Constructor, "a constructor", optional=False)
-    return A.PatternConstructor(
-        ctor, dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.span(index)
-    )
+    return A.PatternConstructor(ctor, dec.seq(index, "patterns", A.Pattern, "patterns"), span=dec.span(index))
 
 
 def _dec_ptuple(dec: _Decoder, index: int, node: dict[str, Any]) -> A.PatternTuple:
@@ -846,7 +880,9 @@ def _dec_tensor_type(dec: _Decoder, index: int, node: dict[str, Any]) -> A.Tenso
         raise dec.doc.error(index, f"field 'shape' should be an array, got {_describe(shape)}")
     for dim in shape:
         if not isinstance(dim, (int, A.IntImm, A.AnyDim, str)) or isinstance(dim, bool):
-            raise dec.doc.error(index, f"shape dimension should be an integer, ? or a variable, got {_describe(dim)}")
+            raise dec.doc.error(
+                index, f"shape dimension should be an integer, ? or a variable, got {_describe(dim)}"
+            )
     return A.TensorType(shape, dec.doc.plain(index, "dtype"), span=dec.span(index))
 
 
@@ -871,7 +907,9 @@ def _dec_func_type(dec: _Decoder, index: int, node: dict[str, Any]) -> A.FuncTyp
 
 
 def _dec_type_var(dec: _Decoder, index: int, node: dict[str, Any]) -> A.TypeVar:
-    return A.TypeVar(dec.string(index, "name_hint"), dec.int_field(index, "kind"), span=_type_span(dec, index))
+    return A.TypeVar(
+        dec.string(index, "name_hint"), dec.int_field(index, "kind"), span=_type_span(dec, index)
+    )
 
 
 def _dec_global_type_var(dec: _Decoder, index: int, node: dict[str, Any]) -> A.GlobalTypeVar:
@@ -1024,7 +1062,7 @@ _Item = tuple[str, Any]  # (slot, value): how to encode `value`
 class _Spec:
     """One output node before indices are known: children are identity keys."""
 
-    __slots__ = ("type_key", "repr", "plain", "refs", "data", "keys")
+    __slots__ = ("data", "keys", "plain", "refs", "repr", "type_key")
 
     def __init__(self, type_key: str) -> None:
         self.type_key = type_key
@@ -1063,7 +1101,7 @@ class _Writer:
                 return None
             return ("raw", id(doc), index)
         if isinstance(value, TVMObject):
-            return ("raw", id(value.raw.doc), value.raw.index)
+            return ("raw", id(value.raw.doc), value.raw.node)
         origins = self.origins
         if slot in ("vd", "vd_expr"):
             vd = value if value is not None else _UNCONSTRAINED
@@ -1075,8 +1113,8 @@ class _Writer:
                     return ("raw", id(origins.doc), found)
             return ("vd", vd)
         if slot == "target":
-            if value.raw is not None:
-                return ("raw", id(value.raw.doc), value.raw.index)
+            if isinstance(value.raw, RawRef):
+                return ("raw", id(value.raw.doc), value.raw.node)
             return ("target", value)
         if slot == "op":
             return ("op", value.name)
@@ -1084,15 +1122,15 @@ class _Writer:
             return ("sourcename", value)
         if slot == "dim" and self.share_dims and type(value) is int:
             return ("dim", value)
-        if isinstance(value, _TRACKED) or isinstance(value, Span):
+        if isinstance(value, (*_TRACKED, Span)):
             if origins is not None:
-                found = origins.find(value)
-                if found is not None:
-                    return ("raw", id(origins.doc), found.index)
+                origin = origins.find(value)
+                if origin is not None:
+                    return ("raw", id(origins.doc), origin.node)
             if isinstance(value, A.TensorType):
                 remembered = _remembered_type(value)
                 if remembered is not None:
-                    return ("raw", id(remembered.doc), remembered.index)
+                    return ("raw", id(remembered.doc), remembered.node)
             if isinstance(value, A.GlobalTypeVar):
                 return ("gtv", value.name, value.kind)
             return ("obj", id(value))
@@ -1114,11 +1152,12 @@ class _Writer:
             spec, children = self._spec(item, key)
             self.index[key] = len(self.specs)
             self.specs.append(spec)
-            for child in reversed(children):
-                stack.append(child)
+            stack.extend(reversed(children))
         return 0 if root_key is None else self.index[root_key]
 
-    def _child(self, spec_refs: list[tuple[str, Any]], children: list[tuple[_Item, Any]], name: str, item: _Item) -> None:
+    def _child(
+        self, spec_refs: list[tuple[str, Any]], children: list[tuple[_Item, Any]], name: str, item: _Item
+    ) -> None:
         key = self.key(item)
         spec_refs.append((name, key))
         children.append((item, key))
@@ -1157,7 +1196,11 @@ class _Writer:
         for name, kind in _plain_fields(type_key):
             if kind == "ndarray":
                 tensor = int(attrs[name])
-                spec.plain[name] = str(self._tensor(("raw", doc_id, tensor), lambda: doc.b64ndarrays[tensor]))
+                spec.plain[name] = str(
+                    self._tensor(
+                        ("raw", doc_id, tensor), functools.partial(doc.b64ndarrays.__getitem__, tensor)
+                    )
+                )
             else:
                 spec.plain[name] = attrs[name]
         spec.refs = list(zip(_ref_order(type_key), keys))
@@ -1173,7 +1216,7 @@ class _Writer:
     # -- output
 
     def to_json(self, root: int) -> str:
-        out: list[str] = ["{\n  \"root\": ", str(root), ", \n  \"nodes\": ["]
+        out: list[str] = ['{\n  "root": ', str(root), ', \n  "nodes": [']
         index = self.index
         first = True
         for spec in self.specs:
@@ -1198,10 +1241,18 @@ class _Writer:
             if attrs:
                 items = sorted(attrs.items())
                 if len(items) == 1:
-                    out.append(', \n      "attrs": {' + _json_string(items[0][0]) + ": " + _json_string(items[0][1]) + "}")
+                    out.append(
+                        ', \n      "attrs": {'
+                        + _json_string(items[0][0])
+                        + ": "
+                        + _json_string(items[0][1])
+                        + "}"
+                    )
                 else:
                     out.append(', \n      "attrs": {')
-                    out.append(", ".join("\n        " + _json_string(k) + ": " + _json_string(v) for k, v in items))
+                    out.append(
+                        ", ".join("\n        " + _json_string(k) + ": " + _json_string(v) for k, v in items)
+                    )
                     out.append("\n      }")
             if spec.keys:
                 out.append(', \n      "keys": [')
@@ -1216,7 +1267,7 @@ class _Writer:
                 else:
                     out.append(', \n      "data": [' + ", ".join(numbers) + "]")
             out.append("\n    }")
-        out.append("\n  ], \n  \"b64ndarrays\": [")
+        out.append('\n  ], \n  "b64ndarrays": [')
         if self.tensors:
             out.append(", ".join("\n    " + _json_string(t) for t in self.tensors))
             out.append("\n  ]")
@@ -1265,7 +1316,7 @@ def _gc_paused() -> Iterator[None]:
 def _raw_of(value: Any, origins: Origins | None) -> RawRef:
     if isinstance(value, TVMObject):
         return value.raw
-    if isinstance(value, Target) and value.raw is not None:
+    if isinstance(value, Target) and isinstance(value.raw, RawRef):
         return value.raw
     if isinstance(value, A.TensorType) and (origins is None or origins.find(value) is None):
         remembered = _remembered_type(value)
@@ -1285,7 +1336,7 @@ def _format_double(value: float) -> str:
         return "inf" if value > 0 else "-inf"
     if math.isnan(value):
         return "nan"
-    return "%.17g" % value
+    return f"{value:.17g}"
 
 
 def _plain_text(kind: str, value: Any) -> str:
@@ -1300,110 +1351,120 @@ def _plain_text(kind: str, value: Any) -> str:
     return str(value)
 
 
-_SPAN_ITEM = "span"
-
-
-def _expr_tail(w: _Writer, spec: _Spec, children: list[tuple[_Item, Any]], expr: A.Expr, *, vd: Any = None) -> None:
+def _expr_tail(
+    w: _Writer, spec: _Spec, children: list[tuple[_Item, Any]], expr: A.Expr, *, vd: Any = None
+) -> None:
     w._child(spec.refs, children, "virtual_device_", ("vd_expr", vd))
     w._child(spec.refs, children, "span", ("span", expr.span))
     w._child(spec.refs, children, "_checked_type_", ("type", expr.checked_type))
 
 
-def _encode_core(w: _Writer, slot: str, value: Any, children: list[tuple[_Item, Any]]) -> _Spec:
-    """A node for `value` encoded from the IR (no raw origin): the common slots."""
+_REPR_SLOTS = {"string": "runtime.String", "sourcename": "SourceName", "targetkind": "TargetKind"}
+
+
+def _encode_fresh(w: _Writer, slot: str, value: Any, children: list[tuple[_Item, Any]]) -> _Spec:
+    """A node for `value` encoded from the IR (no raw origin). `slot` says
+    what `value` is where TVM's node types are not implied by Python types
+    (an int may be an IntImm, a boxed int or a plain field)."""
     add = w._child
-    if slot in ("vd", "vd_expr"):
-        vd = value if value is not None else _UNCONSTRAINED
-        spec = _Spec("VirtualDevice")
-        spec.plain["device_type_int"] = str(vd.device_type if vd.device_type is not None else -1)
-        spec.plain["virtual_device_id"] = str(vd.virtual_device_id if vd.virtual_device_id is not None else -1)
-        add(spec.refs, children, "target", ("target", vd.target))
-        add(spec.refs, children, "memory_scope", ("string", vd.memory_scope or ""))
-        return spec
-    if slot == "target":
-        return _encode_target(w, value, children)
-    if slot == "string":
-        spec = _Spec("runtime.String")
-        spec.repr = value
-        return spec
-    if slot == "sourcename":
-        spec = _Spec("SourceName")
-        spec.repr = value
-        return spec
-    if slot == "targetkind":
-        spec = _Spec("TargetKind")
-        spec.repr = value
-        return spec
-    if slot == "op":
-        spec = _Spec("Op")
-        spec.repr = value.name
-        return spec
-    if slot == "boxint":
-        spec = _Spec("runtime.BoxInt")
-        spec.repr = str(int(value))
-        return spec
-    if slot == "array":
-        # value: (element slot, elements)
-        elem_slot, elems = value
-        spec = _Spec("Array")
-        spec.data = []
-        for elem in elems:
-            item = (elem_slot, elem)
-            k = w.key(item)
-            spec.data.append(k)
-            children.append((item, k))
-        return spec
-    if slot == "strmap":
-        spec = _Spec("Map")
-        spec.keys = []
-        spec.data = []
-        for k, v in value:
-            spec.keys.append(str(k))
-            item = ("generic", v)
-            key = w.key(item)
-            spec.data.append(key)
-            children.append((item, key))
-        return spec
-    if slot == "objmap":
-        spec = _Spec("Map")
-        spec.data = []
-        for k_item, v_item in value:
-            for item in (k_item, v_item):
-                key = w.key(item)
-                spec.data.append(key)
-                children.append((item, key))
-        return spec
-    if slot == "dictattrs":
-        spec = _Spec("DictAttrs")
-        add(spec.refs, children, "__dict__", ("strmap", tuple(value)))
-        return spec
-    if slot == "span":
-        return _encode_span(w, value, children)
-    if slot == "dim":
-        return _encode_dim(w, value, children)
-    if slot == "type":
-        return _encode_type(w, value, children)
-    if slot == "attrs":
-        return _encode_attrs(w, value, children)
-    if slot == "clause":
-        spec = _Spec("relay.Clause")
-        add(spec.refs, children, "lhs", ("pattern", value.lhs))
-        add(spec.refs, children, "rhs", ("expr", value.rhs))
-        return spec
-    if slot == "pattern":
-        return _encode_pattern(w, value, children)
-    if slot == "typedata":
-        spec = _Spec("relay.TypeData")
-        add(spec.refs, children, "header", ("type", value.header))
-        add(spec.refs, children, "type_vars", ("array", ("type", value.type_vars)))
-        add(spec.refs, children, "constructors", ("array", ("expr", value.constructors)))
-        add(spec.refs, children, "span", ("span", value.span))
-        return spec
-    if slot == "expr":
-        return _encode_expr(w, value, children)
-    if slot == "generic":
-        return _encode_generic(w, value, children)
+    match slot:
+        case "expr":
+            return _encode_expr(w, value, children)
+        case "type":
+            return _encode_type(w, value, children)
+        case "attrs":
+            return _encode_attrs(w, value, children)
+        case "pattern":
+            return _encode_pattern(w, value, children)
+        case "dim":
+            return _encode_dim(w, value, children)
+        case "span":
+            return _encode_span(w, value, children)
+        case "target":
+            return _encode_target(w, value, children)
+        case "module":
+            return _encode_module(w, value, children)
+        case "generic":
+            return _encode_generic(w, value, children)
+        case "meta_entry":
+            if isinstance(value, VirtualDevice):
+                return _encode_fresh(w, "vd", value, children)
+            return _encode_generic(w, value, children)
+        case "vd" | "vd_expr":
+            vd = value if value is not None else _UNCONSTRAINED
+            spec = _Spec("VirtualDevice")
+            spec.plain["device_type_int"] = str(vd.device_type if vd.device_type is not None else -1)
+            spec.plain["virtual_device_id"] = str(
+                vd.virtual_device_id if vd.virtual_device_id is not None else -1
+            )
+            add(spec.refs, children, "target", ("target", vd.target))
+            add(spec.refs, children, "memory_scope", ("string", vd.memory_scope or ""))
+            return spec
+        case "string" | "sourcename" | "targetkind":
+            spec = _Spec(_REPR_SLOTS[slot])
+            spec.repr = value
+            return spec
+        case "op":
+            spec = _Spec("Op")
+            spec.repr = value.name
+            return spec
+        case "boxint":
+            spec = _Spec("runtime.BoxInt")
+            spec.repr = str(int(value))
+            return spec
+        case "id":
+            spec = _Spec("relay.Id")
+            add(spec.refs, children, "name_hint", ("string", value))
+            return spec
+        case "primtype":
+            spec = _Spec("PrimType")
+            spec.plain["dtype"] = value
+            return spec
+        case "array":  # value: (element slot, elements)
+            elem_slot, elems = value
+            spec = _Spec("Array")
+            spec.data = _add_all(w, children, [(elem_slot, e) for e in elems])
+            return spec
+        case "strmap" | "objmap_str":  # value: (str key, value) pairs; strmap values are generic
+            spec = _Spec("Map")
+            spec.keys = [str(k) for k, _ in value]
+            items = [("generic", v) if slot == "strmap" else v for _, v in value]
+            spec.data = _add_all(w, children, items)
+            return spec
+        case "objmap":  # value: (key item, value item) pairs
+            spec = _Spec("Map")
+            spec.data = _add_all(w, children, [item for pair in value for item in pair])
+            return spec
+        case "dictattrs":
+            spec = _Spec("DictAttrs")
+            add(spec.refs, children, "__dict__", ("strmap", tuple(value)))
+            return spec
+        case "sourcemap":
+            spec = _Spec("SourceMap")
+            add(spec.refs, children, "source_map", ("strmap", ()))
+            return spec
+        case "clause":
+            spec = _Spec("relay.Clause")
+            add(spec.refs, children, "lhs", ("pattern", value.lhs))
+            add(spec.refs, children, "rhs", ("expr", value.rhs))
+            return spec
+        case "typedata":
+            spec = _Spec("relay.TypeData")
+            add(spec.refs, children, "header", ("type", value.header))
+            add(spec.refs, children, "type_vars", ("array", ("type", value.type_vars)))
+            add(spec.refs, children, "constructors", ("array", ("expr", value.constructors)))
+            add(spec.refs, children, "span", ("span", value.span))
+            return spec
     raise RelayError(f"cannot write a {type(value).__name__} as TVM JSON ({slot})")
+
+
+def _add_all(w: _Writer, children: list[tuple[_Item, Any]], items: list[_Item]) -> list[Any]:
+    keys = []
+    for item in items:
+        key = w.key(item)
+        keys.append(key)
+        children.append((item, key))
+    return keys
 
 
 def _encode_generic(w: _Writer, value: Any, children: list[tuple[_Item, Any]]) -> _Spec:
@@ -1472,7 +1533,10 @@ def _encode_span(w: _Writer, span: Span, children: list[tuple[_Item, Any]]) -> _
     name = span.source.name if span.source is not None else None
     w._child(spec.refs, children, "source_name", ("sourcename", name))
     spec.plain.update(
-        line=str(span.line), column=str(span.column), end_line=str(span.end_line), end_column=str(span.end_column)
+        line=str(span.line),
+        column=str(span.column),
+        end_line=str(span.end_line),
+        end_column=str(span.end_column),
     )
     return spec
 
@@ -1583,7 +1647,7 @@ def _attr_item(f: op_attrs.AttrField, value: Any) -> _Item:
     if kind in ("IndexExprs", "Integers"):
         return ("array", ("dim", tuple(value)))
     if kind == "IntegersList":
-        return ("array", ("array_dims", tuple(value)))
+        return ("array", ("array", tuple(("dim", tuple(v)) for v in value)))
     if kind == "FloatImms":
         return ("array", ("generic", tuple(float(v) for v in value)))
     if kind == "VirtualDevice":
@@ -1637,7 +1701,8 @@ def _encode_expr(w: _Writer, expr: A.Expr, children: list[tuple[_Item, Any]]) ->
                     f"cannot write meta[relay.Constant][{expr.meta_index}]: its value is unknown", expr.span
                 )
             spec = _Spec("relay.Constant")
-            spec.plain["data"] = str(w._tensor(("obj", id(data)), lambda: ndarray_to_b64(data)))
+            tensor_data: A.NDArray = data
+            spec.plain["data"] = str(w._tensor(("obj", id(data)), lambda: ndarray_to_b64(tensor_data)))
             w.keep.append(data)
             _expr_tail(w, spec, children, expr)
         case A.Op():
@@ -1655,7 +1720,9 @@ def _encode_expr(w: _Writer, expr: A.Expr, children: list[tuple[_Item, Any]]) ->
             spec = _Spec("relay.Call")
             add(spec.refs, children, "op", ("expr", callee))
             add(spec.refs, children, "args", ("array", ("expr", args)))
-            if isinstance(callee, A.Op) and op_attrs.schema_for(callee.name, attrs.type_key if attrs else None):
+            if isinstance(callee, A.Op) and op_attrs.schema_for(
+                callee.name, attrs.type_key if attrs else None
+            ):
                 # TVM's reader needs every field, and its type relations need the node.
                 attrs = op_attrs.complete_attrs(callee.name, attrs)
             elif attrs is not None and not attrs.fields and attrs.type_key is None:
@@ -1716,33 +1783,6 @@ def _encode_expr(w: _Writer, expr: A.Expr, children: list[tuple[_Item, Any]]) ->
         case _:
             raise RelayError(f"cannot write expression {type(expr).__name__} as TVM JSON")
     return spec
-
-
-def _encode_extra(w: _Writer, slot: str, value: Any, children: list[tuple[_Item, Any]]) -> _Spec | None:
-    """Slots used only inside other encoders."""
-    if slot == "id":
-        spec = _Spec("relay.Id")
-        w._child(spec.refs, children, "name_hint", ("string", value))
-        return spec
-    if slot == "primtype":
-        spec = _Spec("PrimType")
-        spec.plain["dtype"] = value
-        return spec
-    if slot == "array_dims":
-        return _encode_fresh(w, "array", ("dim", tuple(value)), children)
-    if slot == "objmap_str":
-        spec = _Spec("Map")
-        spec.keys = []
-        spec.data = []
-        for k, item in value:
-            spec.keys.append(str(k))
-            key = w.key(item)
-            spec.data.append(key)
-            children.append((item, key))
-        return spec
-    return None
-
-
 
 
 # --------------------------------------------------------------------------
@@ -1807,7 +1847,9 @@ def load_json(text: str | bytes, name: str = "<json>") -> A.Module:
     return A.Module(tuple(functions), tuple(typedefs), meta, raw=raw)
 
 
-def _collect_meta(functions: tuple[tuple[A.GlobalVar, A.Function], ...], expr: A.Expr | None) -> dict[str, list[Any]]:
+def _collect_meta(
+    functions: tuple[tuple[A.GlobalVar, A.Function], ...], expr: A.Expr | None
+) -> dict[str, list[Any]]:
     """The distinct virtual devices the module uses, in the order a printer
     meets them: a function's parameters, its result device, then its body
     (operands before their users)."""
@@ -1884,7 +1926,12 @@ def _encode_module(w: _Writer, module: A.Module, children: list[tuple[_Item, Any
     if module.expr is not None and not any(gv.name == "main" for gv, _ in functions):
         main = module.expr if isinstance(module.expr, A.Function) else A.Function((), module.expr)
         functions.append((A.GlobalVar("main"), main))
-    add(spec.refs, children, "functions", ("objmap", tuple((("expr", gv), ("expr", fn)) for gv, fn in functions)))
+    add(
+        spec.refs,
+        children,
+        "functions",
+        ("objmap", tuple((("expr", gv), ("expr", fn)) for gv, fn in functions)),
+    )
     add(
         spec.refs,
         children,
@@ -1894,7 +1941,12 @@ def _encode_module(w: _Writer, module: A.Module, children: list[tuple[_Item, Any
     gvs = {gv.name: gv for gv, _ in functions}
     add(spec.refs, children, "global_var_map_", ("objmap_str", _ordered(gvs, raw.gv_order if raw else ())))
     gtvs = {td.header.name: td.header for td in module.type_definitions}
-    add(spec.refs, children, "global_type_var_map_", ("objmap_str", _ordered(gtvs, raw.gtv_order if raw else ())))
+    add(
+        spec.refs,
+        children,
+        "global_type_var_map_",
+        ("objmap_str", _ordered(gtvs, raw.gtv_order if raw else ())),
+    )
     for name in ("source_map", "attrs", "global_infos"):
         if raw is not None:
             add(spec.refs, children, name, ("raw", RawRef(raw.origins.doc, raw.fields[name])))
@@ -1909,23 +1961,9 @@ def _encode_module(w: _Writer, module: A.Module, children: list[tuple[_Item, Any
 
 def _ordered(values: dict[str, Any], order: tuple[str, ...]) -> tuple[tuple[str, _Item], ...]:
     names = [n for n in order if n in values] + [n for n in values if n not in set(order)]
-    return tuple((n, ("type" if isinstance(values[n], A.GlobalTypeVar) else "expr", values[n])) for n in names)
-
-
-def _encode_module_slots(w: _Writer, slot: str, value: Any, children: list[tuple[_Item, Any]]) -> _Spec | None:
-    if slot == "module":
-        return _encode_module(w, value, children)
-    if slot == "sourcemap":
-        spec = _Spec("SourceMap")
-        w._child(spec.refs, children, "source_map", ("strmap", ()))
-        return spec
-    return None
-
-
-
-
-# --------------------------------------------------------------------------
-# The #[metadata] section of the text format
+    return tuple(
+        (n, ("type" if isinstance(values[n], A.GlobalTypeVar) else "expr", values[n])) for n in names
+    )
 
 
 # Tensor types of metadata constants, remembered with the nodes they came
@@ -1985,7 +2023,7 @@ def decode_meta_section(json_text: str, name: str = "<metadata>") -> dict[str, l
                 if isinstance(checked, A.TensorType):
                     origin = decoder.origins.find(checked)
                     if origin is not None:
-                        _remember_type(checked, RawRef(tensorless, origin.index))
+                        _remember_type(checked, RawRef(tensorless, origin.node))
                 value = A.Constant(value.data, position, span=value.span, checked_type=checked)
             elif not isinstance(value, TVMObject):
                 value = TVMObject(doc.nodes[entry_index]["type_key"], RawRef(doc, entry_index))
@@ -2005,32 +2043,6 @@ def encode_meta_section(tables: dict[str, list[Any]]) -> str:
     writer.share_dims = True
     items = []
     for kind, entries in tables.items():
-        items.append((kind, ("array", ("generic_meta", tuple(entries)))))
+        items.append((kind, ("array", ("meta_entry", tuple(entries)))))
     root = writer.add(("objmap_str", tuple(items)))
     return writer.to_json(root)
-
-
-def _encode_meta_entry(w: _Writer, value: Any, children: list[tuple[_Item, Any]]) -> _Spec:
-    if isinstance(value, A.MetaRef):
-        raise RelayError(f"cannot write meta[{value.kind}][{value.index}] into a metadata section: its value is unknown")
-    if isinstance(value, VirtualDevice):
-        return _encode_core(w, "vd", value, children)
-    return _encode_generic(w, value, children)
-
-
-def _encode_fresh(w: _Writer, slot: str, value: Any, children: list[tuple[_Item, Any]]) -> _Spec:
-    """A node for `value` encoded from the IR (no raw origin), by slot."""
-    if slot == "generic_meta":
-        return _encode_meta_entry(w, value, children)
-    found = _encode_module_slots(w, slot, value, children)
-    if found is None:
-        found = _encode_extra(w, slot, value, children)
-    if found is None:
-        found = _encode_core(w, slot, value, children)
-    return found
-
-
-def iter_type_keys(text: str) -> Iterable[str]:
-    """The type keys of a TVM JSON document (for surveys and tests)."""
-    doc = parse_document(text)
-    return (n["type_key"] for n in doc.nodes)

@@ -29,14 +29,17 @@ from relay.ndarray_codec import (
 )
 
 from .conftest import corpus_files
-from .programs import CPU, GPU, modules
+from .programs import modules
 
 JSON_FILES = [p for p in corpus_files("*.json") if not p.name.endswith(".meta.json")]
 META_FILES = [p for p in corpus_files("**/*.relay") if "#[metadata]" in p.read_text()]
 
 
 def _ids(paths: list[Path]) -> list[str]:
-    return [str(p.relative_to(p.parents[1])) if p.parent.name in ("random", "constructs") else p.name for p in paths]
+    return [
+        str(p.relative_to(p.parents[1])) if p.parent.name in ("random", "constructs") else p.name
+        for p in paths
+    ]
 
 
 def _fresh(module: A.Module) -> str:
@@ -133,7 +136,9 @@ def test_json_decodes_relay_nodes(corpus: Path) -> None:
     nodes = relay.post_order(main.body)
     fused = [n for n in nodes if isinstance(n, A.Function) and n.is_primitive]
     assert fused and all(f.attr("Primitive") == 1 for f in fused)
-    convs = [n for n in nodes if isinstance(n, A.Call) and isinstance(n.op, A.Op) and n.op.name == "nn.conv2d"]
+    convs = [
+        n for n in nodes if isinstance(n, A.Call) and isinstance(n.op, A.Op) and n.op.name == "nn.conv2d"
+    ]
     attrs = convs[0].attrs
     assert attrs is not None and attrs.type_key == "relay.attrs.Conv2DAttrs"
     assert attrs.get("data_layout") == "NCHW" and attrs.get("groups") == 1
@@ -150,7 +155,8 @@ def test_json_decodes_relay_nodes(corpus: Path) -> None:
 def test_lstm_split_keeps_boxed_sections(corpus: Path) -> None:
     module = relay.load_json((corpus / "lstm.json").read_text())
     splits = [
-        n for n in relay.post_order(module["main"].body)
+        n
+        for n in relay.post_order(module["main"].body)
         if isinstance(n, A.Call) and isinstance(n.op, A.Op) and n.op.name == "split"
     ]
     assert splits
@@ -177,19 +183,32 @@ def test_edited_module_keeps_unchanged_nodes(corpus: Path) -> None:
     main = module["main"]
     dev = VirtualDevice(2, 0, parse_target("cuda"), None)
     body = relay.on_device(main.body, dev, constrain_result=True)
-    edited = dataclasses.replace(module, functions=((module.functions[0][0], dataclasses.replace(main, body=body)),))
+    edited = dataclasses.replace(
+        module, functions=((module.functions[0][0], dataclasses.replace(main, body=body)),)
+    )
     out = relay.dump_json(edited)
     back = relay.load_json(out)
     new_main = back["main"]
     props = A.on_device_props(new_main.body)
-    assert props is not None and props.virtual_device == dev and props.constrain_result and props.constrain_body
+    assert (
+        props is not None and props.virtual_device == dev and props.constrain_result and props.constrain_body
+    )
     assert relay.structural_equal(new_main.body.args[0], main.body)
     # the old body is copied verbatim: all its original nodes are there
-    old_nodes = collections.Counter(json.dumps(n, sort_keys=True) for n in json.loads(text)["nodes"] if n.get("type_key") == "relay.Call")
-    assert sum(1 for n in json.loads(out)["nodes"] if n["type_key"] == "relay.Call") == sum(old_nodes.values()) + 1
+    old_nodes = collections.Counter(
+        json.dumps(n, sort_keys=True) for n in json.loads(text)["nodes"] if n.get("type_key") == "relay.Call"
+    )
+    assert (
+        sum(1 for n in json.loads(out)["nodes"] if n["type_key"] == "relay.Call")
+        == sum(old_nodes.values()) + 1
+    )
     # the new attribute node has every field
     on_dev = [n for n in json.loads(out)["nodes"] if n["type_key"] == "relay.attrs.OnDeviceAttrs"]
-    assert len(on_dev) == 1 and set(on_dev[0]["attrs"]) == {"virtual_device", "constrain_body", "constrain_result"}
+    assert len(on_dev) == 1 and set(on_dev[0]["attrs"]) == {
+        "virtual_device",
+        "constrain_body",
+        "constrain_result",
+    }
     # the new target is written in TVM's complete form
     nodes = json.loads(out)["nodes"]
     vd_index = int(on_dev[0]["attrs"]["virtual_device"])
@@ -204,13 +223,23 @@ def test_edited_module_keeps_unchanged_nodes(corpus: Path) -> None:
 def test_text_attrs_are_completed_with_defaults() -> None:
     x = A.Var("x", A.TensorType((1, 3, 8, 8), "float32"))
     w = A.Var("w", A.TensorType((4, 3, 3, 3), "float32"))
-    conv = A.Call(A.op("nn.conv2d"), (x, w), A.Attrs((("padding", (1, 1)), ("channels", 4)), "relay.attrs.Conv2DAttrs"))
+    conv = A.Call(
+        A.op("nn.conv2d"), (x, w), A.Attrs((("padding", (1, 1)), ("channels", 4)), "relay.attrs.Conv2DAttrs")
+    )
     module = A.Module(((A.GlobalVar("main"), A.Function((x, w), conv)),))
     out = json.loads(relay.dump_json(module))
     node = next(n for n in out["nodes"] if n["type_key"] == "relay.attrs.Conv2DAttrs")
     assert set(node["attrs"]) == {
-        "strides", "padding", "dilation", "groups", "channels", "kernel_size",
-        "data_layout", "kernel_layout", "out_layout", "out_dtype",
+        "strides",
+        "padding",
+        "dilation",
+        "groups",
+        "channels",
+        "kernel_size",
+        "data_layout",
+        "kernel_layout",
+        "out_layout",
+        "out_dtype",
     }
     assert node["attrs"]["groups"] == "1" and node["attrs"]["out_dtype"] == ""
     nodes = out["nodes"]
@@ -299,11 +328,15 @@ def test_meta_boxint_is_opaque_and_verbatim(corpus: Path) -> None:
 
 def test_created_virtual_device_is_written_completely() -> None:
     dev = VirtualDevice(2, 0, parse_target("cuda -arch=sm_90"), "global")
-    body = tvm_json.encode_meta_section({"VirtualDevice": [dev, VirtualDevice(1, 0, parse_target("llvm"), None)]})
+    body = tvm_json.encode_meta_section(
+        {"VirtualDevice": [dev, VirtualDevice(1, 0, parse_target("llvm"), None)]}
+    )
     doc = json.loads(body)
     nodes = doc["nodes"]
     targets = [n for n in nodes if n["type_key"] == "Target"]
-    assert targets and all(set(t["attrs"]) == {"kind", "tag", "keys", "attrs", "features", "host"} for t in targets)
+    assert targets and all(
+        set(t["attrs"]) == {"kind", "tag", "keys", "attrs", "features", "host"} for t in targets
+    )
     cuda = next(t for t in targets if nodes[int(t["attrs"]["kind"])]["repr_str"] == "cuda")
     attrs = nodes[int(cuda["attrs"]["attrs"])]
     assert attrs["keys"] == ["thread_warp_size", "max_num_threads", "arch"]
@@ -336,7 +369,13 @@ def test_meta_ref_placeholder_cannot_be_encoded() -> None:
 
 @pytest.mark.parametrize(
     "dtype,shape,fmt",
-    [("float32", (2, 3), "f"), ("int64", (4,), "q"), ("float16", (), "e"), ("uint8", (3, 1, 2), "B"), ("int32", (0, 5), "i")],
+    [
+        ("float32", (2, 3), "f"),
+        ("int64", (4,), "q"),
+        ("float16", (), "e"),
+        ("uint8", (3, 1, 2), "B"),
+        ("int32", (0, 5), "i"),
+    ],
 )
 def test_ndarray_round_trip(dtype: str, shape: tuple[int, ...], fmt: str) -> None:
     count = 1
@@ -353,7 +392,7 @@ def test_ndarray_round_trip(dtype: str, shape: tuple[int, ...], fmt: str) -> Non
 def test_ndarray_bool_and_layout() -> None:
     array = A.NDArray("bool", (3,), b"\x01\x00\x01")
     blob = ndarray_to_bytes(array)
-    magic, reserved, dev_type, dev_id, ndim, code, bits, lanes = struct.unpack_from("<QQiiiBBH", blob)
+    _magic, reserved, dev_type, dev_id, ndim, code, bits, lanes = struct.unpack_from("<QQiiiBBH", blob)
     assert (reserved, dev_type, dev_id, ndim, code, bits, lanes) == (0, 1, 0, 1, 1, 1, 1)
     assert struct.unpack_from("<qq", blob, 32) == (3, 3)
     assert ndarray_from_bytes(blob) == array
@@ -392,7 +431,9 @@ def test_ndarray_errors(blob: bytes, message: str) -> None:
 
 
 def _minimal(nodes: list[dict[str, Any]], root: int = 1, b64: list[str] | None = None) -> str:
-    return json.dumps({"root": root, "nodes": nodes, "b64ndarrays": b64 or [], "attrs": {"tvm_version": "0.19.0"}})
+    return json.dumps(
+        {"root": root, "nodes": nodes, "b64ndarrays": b64 or [], "attrs": {"tvm_version": "0.19.0"}}
+    )
 
 
 def test_unknown_type_key_is_named() -> None:
@@ -412,7 +453,9 @@ def test_dangling_index_is_reported(corpus: Path) -> None:
     doc = json.loads((corpus / "mlp.json").read_text())
     call = next(i for i, n in enumerate(doc["nodes"]) if n["type_key"] == "relay.Call")
     doc["nodes"][call]["attrs"]["args"] = "99999"
-    with pytest.raises(relay.ParseError, match=rf"node {call} \(relay.Call\): field 'args' refers to node 99999"):
+    with pytest.raises(
+        relay.ParseError, match=rf"node {call} \(relay.Call\): field 'args' refers to node 99999"
+    ):
         relay.load_json(json.dumps(doc))
 
 
@@ -425,7 +468,9 @@ def test_cycle_is_reported() -> None:
 def test_wrong_node_kind_in_a_field(corpus: Path) -> None:
     doc = json.loads((corpus / "mlp.json").read_text())
     call = next(i for i, n in enumerate(doc["nodes"]) if n["type_key"] == "relay.Call")
-    doc["nodes"][call]["attrs"]["op"] = doc["nodes"][call]["attrs"]["type_args"]  # an Array, not an expression
+    doc["nodes"][call]["attrs"]["op"] = doc["nodes"][call]["attrs"][
+        "type_args"
+    ]  # an Array, not an expression
     with pytest.raises(relay.ParseError, match=r"field 'op' should be an expression, got tuple"):
         relay.load_json(json.dumps(doc))
 
@@ -447,8 +492,14 @@ def test_truncated_json_has_a_location(corpus: Path) -> None:
         ('{"root": 5, "nodes": [{"type_key": ""}]}', "root 5 is not a node index"),
         ('{"root": 0, "nodes": [3]}', "node 0 is not an object"),
         ('{"root": 1, "nodes": [{"type_key": ""}, {"type_key": "Array", "data": ["x"]}]}', "'data' must be"),
-        ('{"root": 1, "nodes": [{"type_key": ""}, {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0"}}]}', "missing field 'value'"),
-        ('{"root": 1, "nodes": [{"type_key": ""}, {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0", "value": "x"}}]}', "should be an integer"),
+        (
+            '{"root": 1, "nodes": [{"type_key": ""}, {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0"}}]}',
+            "missing field 'value'",
+        ),
+        (
+            '{"root": 1, "nodes": [{"type_key": ""}, {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0", "value": "x"}}]}',
+            "should be an integer",
+        ),
         ("[" * 100000, "malformed"),
     ],
 )
@@ -579,7 +630,10 @@ def test_types_of_every_kind_round_trip() -> None:
                 l,
                 (
                     A.Clause(A.PatternConstructor(cons, (A.PatternVar(y), A.PatternWildcard())), y),
-                    A.Clause(A.PatternConstructor(nil, ()), A.Call(A.op("zeros"), (), A.Attrs((("shape", ()), ("dtype", "float32"))))),
+                    A.Clause(
+                        A.PatternConstructor(nil, ()),
+                        A.Call(A.op("zeros"), (), A.Attrs((("shape", ()), ("dtype", "float32")))),
+                    ),
                 ),
                 complete=False,
             ),
@@ -608,7 +662,14 @@ def test_types_of_every_kind_round_trip() -> None:
     assert match_node.clauses[0].lhs.constructor is back_cons and not match_node.complete
     kinds = {n["type_key"] for n in json.loads(out)["nodes"]}
     assert {"tir.Any", "tir.Var", "relay.RefType", "TypeCall", "IncompleteType", "relay.TypeData"} <= kinds
-    assert {"relay.RefWrite", "relay.RefRead", "relay.RefCreate", "relay.If", "relay.Let", "relay.Match"} <= kinds
+    assert {
+        "relay.RefWrite",
+        "relay.RefRead",
+        "relay.RefCreate",
+        "relay.If",
+        "relay.Let",
+        "relay.Match",
+    } <= kinds
 
 
 def test_strings_that_are_not_printable_use_repr_b64() -> None:

@@ -17,7 +17,9 @@ from relay.device import VirtualDevice, parse_target
 from .conftest import corpus_files
 
 PAIRS = [
-    p for p in corpus_files("*.json") if not p.name.endswith(".meta.json") and p.with_suffix(".relay").exists()
+    p
+    for p in corpus_files("*.json")
+    if not p.name.endswith(".meta.json") and p.with_suffix(".relay").exists()
 ]
 
 
@@ -56,10 +58,26 @@ def test_corpus_attrs_types_match_the_table(corpus: Path) -> None:
             assert set(schema.names) == set(attrs.get("attrs", {})), name
             seen.add(name)
     expected = {
-        "nn.conv2d", "nn.conv3d", "nn.conv2d_transpose", "nn.dense", "nn.batch_norm", "nn.bias_add",
-        "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adaptive_avg_pool3d", "nn.softmax",
-        "nn.dropout", "concatenate", "split", "expand_dims", "reshape", "reshape_like", "zeros",
-        "on_device", "device_copy",
+        "nn.conv2d",
+        "nn.conv3d",
+        "nn.conv2d_transpose",
+        "nn.dense",
+        "nn.batch_norm",
+        "nn.bias_add",
+        "nn.max_pool2d",
+        "nn.avg_pool2d",
+        "nn.global_avg_pool2d",
+        "nn.adaptive_avg_pool3d",
+        "nn.softmax",
+        "nn.dropout",
+        "concatenate",
+        "split",
+        "expand_dims",
+        "reshape",
+        "reshape_like",
+        "zeros",
+        "on_device",
+        "device_copy",
     }
     assert expected <= seen
 
@@ -155,9 +173,9 @@ def test_int32_intimm_and_bools_normalise() -> None:
     c = A.Attrs((("strides", (A.IntImm(2, "int64"), 2)),), None)
     assert op_attrs.normalize_for_compare("nn.conv2d", c) != op_attrs.normalize_for_compare("nn.conv2d", b)
     assert op_attrs.non_default_fields("nn.conv2d", A.Attrs((("strides", (A.IntImm(1, "int64"), 1)),))) != ()
-    assert op_attrs.normalize_for_compare("nn.batch_norm", A.Attrs((("scale", 0),))) == op_attrs.normalize_for_compare(
-        "nn.batch_norm", A.Attrs((("scale", False),))
-    )
+    assert op_attrs.normalize_for_compare(
+        "nn.batch_norm", A.Attrs((("scale", 0),))
+    ) == op_attrs.normalize_for_compare("nn.batch_norm", A.Attrs((("scale", False),)))
 
 
 def test_unknown_operators_pass_through() -> None:
@@ -166,7 +184,9 @@ def test_unknown_operators_pass_through() -> None:
     assert op_attrs.complete_attrs("my.custom_op", attrs) is attrs
     assert op_attrs.non_default_fields("my.custom_op", attrs) == attrs.fields
     assert op_attrs.normalize_for_compare("my.custom_op", attrs) == {"foo": 1, "bar": "x"}
-    assert op_attrs.complete_attrs("add", None) == A.Attrs() or op_attrs.complete_attrs("add", None).fields == ()
+    assert (
+        op_attrs.complete_attrs("add", None) == A.Attrs() or op_attrs.complete_attrs("add", None).fields == ()
+    )
 
 
 def test_unknown_fields_are_kept_last() -> None:
