@@ -1087,6 +1087,7 @@ class _Writer:
         # TVM's printer shares one IntImm per dimension value across the
         # types in a metadata section; modules keep the sharing they had.
         self.share_dims = False
+        self._raw_targets: dict[tuple[int, int], Any] = {}
 
     # -- identity
 
@@ -1113,7 +1114,7 @@ class _Writer:
                     return ("raw", id(origins.doc), found)
             return ("vd", vd)
         if slot == "target":
-            if isinstance(value.raw, RawRef):
+            if isinstance(value.raw, RawRef) and self._raw_target_matches(value):
                 return ("raw", id(value.raw.doc), value.raw.node)
             return ("target", value)
         if slot == "op":
@@ -1136,6 +1137,16 @@ class _Writer:
             return ("obj", id(value))
         self._fresh += 1
         return ("fresh", self._fresh)
+
+    def _raw_target_matches(self, target: Target) -> bool:
+        """Whether `target` still equals the node its `raw` names (a target
+        edited with `dataclasses.replace` keeps the old `raw`)."""
+        raw: RawRef = target.raw
+        cache_key = (id(raw.doc), raw.node)
+        original = self._raw_targets.get(cache_key)
+        if original is None:
+            original = self._raw_targets[cache_key] = _Decoder(raw.doc).decode(raw.node)
+        return bool(original == target)
 
     # -- numbering
 

@@ -708,3 +708,40 @@ def test_schema_ops_without_attributes_get_defaults() -> None:
     doc = json.loads(relay.dump_json(module))
     node = next(n for n in doc["nodes"] if n["type_key"] == "relay.attrs.SoftmaxAttrs")
     assert node["attrs"] == {"axis": "-1"}
+
+
+def test_edited_target_is_not_written_from_its_old_raw(corpus: Path) -> None:
+    body = _meta_body(corpus / "mlp.annotated.planned.relay")
+    devices = tvm_json.decode_meta_section(body)["VirtualDevice"]
+    cuda = next(d for d in devices if d.device_type == 2)
+    assert cuda.target is not None
+    edited_target = dataclasses.replace(
+        cuda.target, attrs=(*cuda.target.attrs, ("max_shared_memory_per_block", 49152))
+    )
+    assert edited_target.raw is cuda.target.raw  # replace() carries the stale raw along
+    edited = dataclasses.replace(cuda, target=edited_target)
+    back = tvm_json.decode_meta_section(tvm_json.encode_meta_section({"VirtualDevice": [edited]}))
+    assert back["VirtualDevice"][0] == edited
+    assert back["VirtualDevice"][0].target.attr_dict["max_shared_memory_per_block"] == 49152
+
+
+def test_json_meta_numbers_devices_like_tvm(corpus: Path) -> None:
+    """module.meta lists devices in TVM's first-use order, so our printer's
+    meta[VirtualDevice][i] are the indices TVM printed."""
+    import re
+
+    checked = 0
+    for path in JSON_FILES:
+        text_path = path.with_suffix(".relay")
+        if not text_path.exists() or "#[metadata]" not in text_path.read_text():
+            continue
+        text = text_path.read_text()
+        module = relay.load_json(path.read_text())
+        tables = tvm_json.decode_meta_section(_meta_body(text_path))
+        assert module.meta.get("VirtualDevice", []) == tables.get("VirtualDevice", []), path.name
+        refs = re.compile(r"meta\[VirtualDevice\]\[\d+\]")
+        assert refs.findall(relay.print_text(module).split("#[metadata]")[0]) == refs.findall(
+            text.split("#[metadata]")[0]
+        )
+        checked += 1
+    assert checked >= 20
