@@ -457,7 +457,7 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
                 }
         else:
             out_functions.append((gv, func))
-    out_table = list(table)
+    out_table = list(ref_table)  # the input table; devices the plan introduces follow
     for vd in rewriter.used:
         if vd not in out_table:
             out_table.append(vd)
