@@ -7,6 +7,7 @@ streams in: a request announcing or sending more than the limit is answered
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -15,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.logs import accept_request_id, reset_request_id, set_request_id
 from service.metrics import Metrics
-from service.problems import PROBLEM_MEDIA_TYPE, REQUEST_TOO_LARGE, problem_body
+from service.problems import INTERNAL_ERROR, PROBLEM_MEDIA_TYPE, REQUEST_TOO_LARGE, ProblemKind, problem_body
 
 log = logging.getLogger("devplan.access")
 
@@ -46,11 +47,12 @@ class ServiceMiddleware:
         request_id = accept_request_id(headers.get("x-request-id"))
         token = set_request_id(request_id)
         start = time.perf_counter()
-        status_holder = {"status": 500}
+        status_holder = {"status": 500, "started": False}
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
+                status_holder["started"] = True
                 message.setdefault("headers", [])
                 message["headers"] = list(message["headers"]) + [
                     (b"x-request-id", request_id.encode("latin-1"))
@@ -63,6 +65,16 @@ class ServiceMiddleware:
                 await self._too_large(scope, send_with_id)
             else:
                 await self.app(scope, body_receive, send_with_id)
+        except Exception:
+            # A bug, not the client's fault: log it with the traceback, answer a problem
+            # (with the request id) without it. Handled here rather than in Starlette's
+            # outermost error middleware so the request id and metrics still apply.
+            log.exception("unhandled exception on %s %s", scope["method"], scope["path"])
+            if status_holder["started"]:
+                raise
+            await self._send_problem(
+                send_with_id, INTERNAL_ERROR, "unexpected server error; see the server log", scope.get("path")
+            )
         finally:
             elapsed = time.perf_counter() - start
             route = self._route_label(scope)
@@ -126,21 +138,21 @@ class ServiceMiddleware:
         return replay
 
     async def _too_large(self, scope: Scope, send: Send) -> None:
-        import json
-
         detail = f"the request body exceeds the limit of {self.max_body_bytes} bytes (DEVPLAN_MAX_BODY_BYTES)"
-        body = json.dumps(problem_body(REQUEST_TOO_LARGE, detail, scope.get("path"))).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": REQUEST_TOO_LARGE.status,
-                "headers": [
-                    (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
+        await self._send_problem(send, REQUEST_TOO_LARGE, detail, scope.get("path"), close=True)
+
+    @staticmethod
+    async def _send_problem(
+        send: Send, kind: ProblemKind, detail: str, instance: str | None, close: bool = False
+    ) -> None:
+        body = json.dumps(problem_body(kind, detail, instance)).encode()
+        headers = [
+            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": kind.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     def _route_label(self, scope: Scope) -> str:

@@ -160,13 +160,6 @@ def _span_lc(span: Any) -> tuple[int | None, int | None]:
     return getattr(span, "line", None), getattr(span, "column", None)
 
 
-def _at(span: Any) -> str:
-    line, column = _span_lc(span)
-    if line is None:
-        return "?:?"
-    return f"{line}:{column}"
-
-
 # --------------------------------------------------------------------------
 # The pipeline
 

@@ -50,8 +50,10 @@ def test_plain_example_lands_everything_on_cuda(client: Any) -> None:
     main = body["summary"]["functions"]["@main"]
     assert "cuda" in main["result"]
     assert [p["device"] for p in main["params"]] and all("cuda" in p["device"] for p in main["params"])
-    # Index 0 is the default device (cuda), then the host (cpu), resolved in that order.
-    assert [d["device_type"] for d in body["virtual_devices"]] == ["cuda", "cpu"]
+    # The table is what the output's meta indices refer to; the default device (cuda) comes first.
+    assert body["virtual_devices"][0]["device_type"] == "cuda"
+    indices = {int(i) for i in re.findall(r"meta\[VirtualDevice\]\[(\d+)\]", body["module"])}
+    assert indices and max(indices) < len(body["virtual_devices"])
     # The output is a module again, with explicit devices on the function and its params.
     planned = relay.parse_text(body["module"])
     relay.verify(planned)
@@ -251,7 +253,21 @@ def test_busy_pool_answers_503_overloaded(make_client: Any, slow_module: str) ->
         body = assert_problem(c.post("/plan", json=example("plain")), 503, "overloaded")
         assert "slot" in body["detail"]
         assert c.get("/healthz").status_code == 200
+        assert_problem(c.get("/readyz"), 503, "not-ready")
         slow.join()
+
+
+def test_unexpected_exception_is_a_500_problem_without_traceback(make_client: Any) -> None:
+    with make_client(pool_kind="thread", pool_size=1) as c:
+
+        def boom() -> None:
+            raise RuntimeError("secret internal detail")
+
+        c.app.add_api_route("/boom", boom)
+        r = c.get("/boom")
+        body = assert_problem(r, 500, "internal-error")
+        assert "secret internal detail" not in r.text
+        assert body["request_id"] == r.headers["x-request-id"]
 
 
 def test_unknown_route_and_method_are_problems(client: Any) -> None:
