@@ -25,11 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import tvm_bridge  # noqa: E402
-from tests.tvm_bridge.helpers import load_corpus, random_inputs, split_plan  # noqa: E402
-from tests.tvm_bridge.test_models import _prefix_length  # noqa: E402
+import tvm_bridge
+from tests.tvm_bridge.helpers import load_corpus, random_inputs, split_plan
+from tests.tvm_bridge.test_models import _prefix_length
 
 MODELS = [
     "mlp",
@@ -111,18 +111,22 @@ def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
             row["cuda_compile_s"] = time.perf_counter() - start
             row["cuda_schedule_s"] = compiled.timings.get("schedule_s", 0.0)
             row["nvcc_s"] = tvm_bridge.nvcc_check(compiled)["nvcc_s"]
-        except Exception as exc:  # a model without a planned file or a TVM failure
+        except Exception as exc:  # noqa: BLE001 - a model without a planned file or a TVM failure
             row["cuda_compile_s"] = float("nan")
             print(f"# {model}: cuda compile failed: {exc}", file=sys.stderr)
     return row
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--cuda", action="store_true", help="also compile the llvm+cuda planned module (+ nvcc)")
+    parser.add_argument(
+        "--cuda", action="store_true", help="also compile the llvm+cuda planned module (+ nvcc)"
+    )
     args = parser.parse_args()
     models = args.models or (QUICK if args.quick else MODELS)
     header = (

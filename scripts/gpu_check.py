@@ -22,13 +22,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import tvm  # noqa: E402
+import tvm
 
-import relay  # noqa: E402
-import tvm_bridge  # noqa: E402
-from relay import ast  # noqa: E402
-from relay.traverse import rewrite  # noqa: E402
-from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus, random_inputs, retarget  # noqa: E402
+import relay
+import tvm_bridge
+from relay import ast
+from relay.traverse import rewrite
+from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus, random_inputs, retarget
 
 
 def _timed_runs(compiled: tvm_bridge.Compiled, inputs: list[np.ndarray], repeat: int) -> tuple[Any, float]:
@@ -88,7 +88,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dry-run", action="store_true", help="map cuda to cpu:1 (no GPU needed)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--models", nargs="*", default=None, help="extra whole-model cuda plans (corpus names)")
+    parser.add_argument(
+        "--models", nargs="*", default=None, help="extra whole-model cuda plans (corpus names)"
+    )
     args = parser.parse_args()
     gpu = CPU1 if args.dry_run else CUDA0
     if not args.dry_run and not tvm.cuda(0).exist:
@@ -103,7 +105,7 @@ def main() -> int:
         try:
             planned, reference = make()
             line = check(name, planned, reference, args.repeat)
-        except Exception as exc:  # report and go on to the next model
+        except Exception as exc:  # noqa: BLE001 - report and go on to the next model
             failures += 1
             line = f"{name:34s} FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         lines.append(line)
@@ -115,16 +117,25 @@ def main() -> int:
         module = load_corpus("resnet18.relay")
         annotated = pin_first_convolutions(module, 2, CPU0)
         target = "cpu:1" if args.dry_run else "cuda"
-        config = solver.PlanConfig(virtual_devices=("cpu:0", target), default_device=target, host_device="cpu:0")
+        config = solver.PlanConfig(
+            virtual_devices=("cpu:0", target), default_device=target, host_device="cpu:0"
+        )
         return solver.plan(annotated, config).module, module
 
     attempt("resnet18 (first 2 convs cpu, solver)", resnet18_solver)
     for name in ["resnet18.annotated.planned", "mlp.annotated.planned", "lstm.annotated.planned"]:
-        attempt(f"{name} (TVM plan)", lambda n=name: (retarget(load_corpus(f"{n}.relay"), mapping),
-                                                        retarget(load_corpus(f"{n}.relay"), None)))
+        attempt(
+            f"{name} (TVM plan)",
+            lambda n=name: (
+                retarget(load_corpus(f"{n}.relay"), mapping),
+                retarget(load_corpus(f"{n}.relay"), None),
+            ),
+        )
     for name in args.models or ["resnet18", "mobilenet", "squeezenet", "mlp", "dqn"]:
-        attempt(f"{name}.planned (all gpu)", lambda n=name: (retarget(load_corpus(f"{n}.planned.relay"), mapping),
-                                                             load_corpus(f"{n}.relay")))
+        attempt(
+            f"{name}.planned (all gpu)",
+            lambda n=name: (retarget(load_corpus(f"{n}.planned.relay"), mapping), load_corpus(f"{n}.relay")),
+        )
     return 1 if failures else 0
 
 

@@ -6,7 +6,16 @@ virtual device's target, `export_library` writes it, `run` executes it on
 the Relax VM with the plan's devices.
 """
 
-from .build import Compiled, bind_kernel_targets, compile, devices_for, export_library, load_library, nvcc_check, run
+from .build import (
+    Compiled,
+    bind_kernel_targets,
+    compile,
+    devices_for,
+    export_library,
+    load_library,
+    nvcc_check,
+    run,
+)
 from .errors import BridgeError, TargetError, UnsupportedConstruct, UnsupportedOperator
 from .lower import to_relax, vdevices_of
 from .ops import convert_map

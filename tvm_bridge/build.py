@@ -114,7 +114,7 @@ class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
             return relax.TupleType([_KernelTargetBinder._with_vdevice(f, vd) for f in ty.fields])
         return ty
 
-    def visit_call_(self, call: Any) -> Any:  # noqa: N802 (TVM's visitor name)
+    def visit_call_(self, call: Any) -> Any:
         call = super().visit_call_(call)
         if not call.op.same_as(self.call_tir):
             return call
@@ -133,7 +133,9 @@ class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
         new_types = [self._with_vdevice(ty, vd) for ty in out_types]
         kernel = self.mod_[kernel_gv]
         target = vd.target
-        current = kernel.attrs.get("target") if kernel.attrs is not None and "target" in kernel.attrs else None
+        current = (
+            kernel.attrs.get("target") if kernel.attrs is not None and "target" in kernel.attrs else None
+        )
         if current is None or str(current.kind.name) != str(target.kind.name):
             key = (kernel_gv.name_hint, str(target))
             new_gv = self.renamed.get(key)
@@ -172,7 +174,7 @@ def _multi_device_pipeline() -> Any:
     """
     from tvm.relax import backend, transform
 
-    @tvm.transform.module_pass(opt_level=0, name="DevplanMultiDeviceBuild")
+    @tvm.transform.module_pass(opt_level=0, name="DevplanMultiDeviceBuild")  # type: ignore[untyped-decorator]
     def _pipeline(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         seq = tvm.transform.Sequential(
             [
@@ -191,7 +193,7 @@ def _multi_device_pipeline() -> Any:
                 transform.AttachGlobalSymbol(),
             ]
         )
-        return seq(mod)  # type: ignore[no-any-return]
+        return seq(mod)
 
     return _pipeline
 
@@ -213,7 +215,7 @@ def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
     from tvm.s_tir import dlight as dl
 
     with gpu_target:
-        return dl.ApplyDefaultSchedule(  # type: ignore[no-any-return]
+        return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(),
             dl.gpu.GEMV(),
             dl.gpu.Reduction(),
@@ -222,7 +224,7 @@ def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
         )(mod)
 
 
-def compile(  # noqa: A001 - the name the API promises
+def compile(
     relax_mod: tvm.IRModule,
     targets: Mapping[str | int, TargetSpec] | None = None,
     *,

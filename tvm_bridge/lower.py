@@ -51,12 +51,12 @@ from relay.span import Span
 from relay.traverse import pre_order
 
 from . import ops
-from .errors import BridgeError, UnsupportedConstruct
+from .errors import BridgeError, UnsupportedConstruct, UnsupportedOperator
 from .targets import TargetSpec, target_dict, target_map
 
 log = logging.getLogger(__name__)
 
-Memo = ChainMap  # id(node) -> lowered value, one child map per scope
+Memo = ChainMap[int, Any]  # id(node) -> lowered value, one child map per scope
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class _Lowerer:
         for entry in self.module.meta.get("VirtualDevice", []):
             if isinstance(entry, VirtualDevice):
                 self.vdevice(entry, None)
-        roots = [f for _, f in self.module.functions]
+        roots: list[ast.Expr] = [f for _, f in self.module.functions]
         if self.module.expr is not None:
             roots.append(self.module.expr)
         for node in pre_order(roots):
@@ -260,7 +260,9 @@ class _Lowerer:
                     stack.append((name, i + 1))
                     callee = callees[name][i]
                     if state.get(callee) == 1:
-                        raise UnsupportedConstruct("recursive global function", by_name[callee][1].span, f"@{callee}")
+                        raise UnsupportedConstruct(
+                            "recursive global function", by_name[callee][1].span, f"@{callee}"
+                        )
                     if callee not in state:
                         state[callee] = 1
                         stack.append((callee, 0))
@@ -270,7 +272,9 @@ class _Lowerer:
         return order
 
     def lower_global(self, name: str, func: Function) -> None:
-        result_device = self.vdevice(func.virtual_device, func.span) if func.virtual_device is not None else None
+        result_device = (
+            self.vdevice(func.virtual_device, func.span) if func.virtual_device is not None else None
+        )
         params = []
         memo: Memo = ChainMap()
         devices: list[VDeviceInfo | None] = []
@@ -300,7 +304,9 @@ class _Lowerer:
 
     # ---------------------------------------------------------------- devices of values
 
-    def place(self, value: relax.Expr, vdev: VDeviceInfo | None, span: Span | None, *, copy: bool) -> relax.Expr:
+    def place(
+        self, value: relax.Expr, vdev: VDeviceInfo | None, span: Span | None, *, copy: bool
+    ) -> relax.Expr:
         """`value` on `vdev`: unchanged when it is already there, a hint when
         its device is unknown, and a copy (`copy=True`) or an error when it
         is on another device."""
@@ -378,7 +384,7 @@ class _Lowerer:
                 match node:
                     case Var():
                         raise BridgeError(f"unbound variable %{node.name}", node.span)
-                    case Let(var=var, value=value, body=body):
+                    case Let(value=value, body=body):
                         stack += [(node, FINISH), (body, VISIT), (node, BIND), (value, VISIT)]
                     case If(cond=cond):
                         stack += [(node, FINISH), (cond, VISIT)]
@@ -479,7 +485,7 @@ class _Lowerer:
             case Op(name=name):
                 emitter = self.convert_map.get(name)
                 if emitter is None:
-                    raise ops.UnsupportedOperator(name, node.span)
+                    raise UnsupportedOperator(name, node.span)
                 args = self.colocate(args, node.span)
                 ctx = ops.EmitContext(self.bb, name, node.span, node.attrs or ast.Attrs(), self.resolve_meta)
                 try:
@@ -488,7 +494,9 @@ class _Lowerer:
                     raise
                 except Exception as exc:  # TVM's type inference rejects the call
                     first = str(exc).strip().splitlines()
-                    raise BridgeError(f"{name}: {first[-1] if first else type(exc).__name__}", node.span) from exc
+                    raise BridgeError(
+                        f"{name}: {first[-1] if first else type(exc).__name__}", node.span
+                    ) from exc
                 return self.emit(expr, node.span, name)
             case GlobalVar(name=name):
                 # Inlined like a local function: Relax's type check of a call
@@ -522,7 +530,9 @@ class _Lowerer:
             raise BridgeError(f"function of {len(func.params)} parameters called with {len(args)}", span)
         scope = memo.new_child()
         for param, arg in zip(func.params, args):
-            vdev = self.vdevice(param.virtual_device, param.span) if param.virtual_device is not None else None
+            vdev = (
+                self.vdevice(param.virtual_device, param.span) if param.virtual_device is not None else None
+            )
             scope[id(param)] = self.place(arg, vdev, param.span, copy=True)
         self.inlining.add(id(func))
         try:

@@ -245,15 +245,15 @@ def _bias_add(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
 
 def _pool2d(fn: Callable[..., relax.Expr], with_count: bool) -> Emitter:
     def emit(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
-        kwargs: dict[str, Any] = dict(
-            pool_size=_spatial(ctx, "pool_size", 2, 1),
-            strides=_spatial(ctx, "strides", 2, 1),
-            padding=_pad(ctx, 2),
-            dilation=_spatial(ctx, "dilation", 2, 1),
-            ceil_mode=bool(ctx.attr("ceil_mode", False)),
-            layout=ctx.attr("layout", "NCHW") or "NCHW",
-            out_layout=_layout_or_none(ctx.attr("out_layout", "")),
-        )
+        kwargs: dict[str, Any] = {
+            "pool_size": _spatial(ctx, "pool_size", 2, 1),
+            "strides": _spatial(ctx, "strides", 2, 1),
+            "padding": _pad(ctx, 2),
+            "dilation": _spatial(ctx, "dilation", 2, 1),
+            "ceil_mode": bool(ctx.attr("ceil_mode", False)),
+            "layout": ctx.attr("layout", "NCHW") or "NCHW",
+            "out_layout": _layout_or_none(ctx.attr("out_layout", "")),
+        }
         if with_count:
             kwargs["count_include_pad"] = bool(ctx.attr("count_include_pad", False))
         return fn(args[0], **kwargs)
@@ -445,7 +445,7 @@ def _strided_slice(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
 
 def _full(value: float) -> Emitter:
     def emit(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
-        shape = ctx.ints("shape", ())
+        shape = ctx.ints("shape", ()) or ()
         dtype = ctx.attr("dtype", "float32") or "float32"
         # A constant keeps the value free of any device until it is used.
         return relax.const(np.full(shape, value, dtype=dtype))

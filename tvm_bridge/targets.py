@@ -21,15 +21,16 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any
 
-from relay.device import DEVICE_TYPE_CODES, Target as RelayTarget
+from relay.device import DEVICE_TYPE_CODES
+from relay.device import Target as RelayTarget
 
 from .errors import TargetError
 
 log = logging.getLogger(__name__)
 
-TargetSpec = Union[str, Mapping[str, Any], RelayTarget]
+TargetSpec = str | Mapping[str, Any] | RelayTarget
 
 DEFAULT_CUDA_ARCH: str = os.environ.get("DEVPLAN_CUDA_ARCH", "sm_75")
 """The CUDA arch used when a target names none (nvcc 13 supports sm_75 and newer)."""
@@ -51,7 +52,9 @@ def supported_cuda_archs() -> tuple[int, ...]:
     if nvcc is None:
         return ()
     try:
-        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            [nvcc, "--list-gpu-arch"], check=False, capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
     return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", out)}))
@@ -62,7 +65,7 @@ def _arch_number(arch: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kind_options(kind: str) -> dict[str, str]:
     import tvm
 

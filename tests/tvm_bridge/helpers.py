@@ -112,12 +112,11 @@ def split_plan(
     come from `solver.plan`."""
     main = module["main"]
     nodes = [n for n in post_order(main.body) if isinstance(n, (ast.Call, ast.Tuple, ast.TupleGetItem))]
-    nodes = [n for n in nodes if not isinstance(n, ast.Op)]
     device: dict[int, VirtualDevice] = {id(n): (first if i < prefix else rest) for i, n in enumerate(nodes)}
     for n in post_order(main.body):
-        if isinstance(n, ast.Let):  # a let variable lives where its value was computed
-            if id(n.value) in device:
-                device[id(n.var)] = device[id(n.value)]
+        # A let variable lives where its value was computed.
+        if isinstance(n, ast.Let) and id(n.value) in device:
+            device[id(n.var)] = device[id(n.value)]
     for n in nodes:
         for kid in children(n):
             if isinstance(kid, ast.Var) and id(kid) not in device:
@@ -262,5 +261,7 @@ def retarget(module: ast.Module, mapping: dict[int, VirtualDevice] | None) -> as
         assert isinstance(new, ast.Function)
         functions.append((gv, new))
     meta = dict(module.meta)
-    meta["VirtualDevice"] = [] if mapping is None else [convert(v) for v in module.meta.get("VirtualDevice", [])]
+    meta["VirtualDevice"] = (
+        [] if mapping is None else [convert(v) for v in module.meta.get("VirtualDevice", [])]
+    )
     return ast.Module(tuple(functions), module.type_definitions, meta)

@@ -19,14 +19,12 @@ def conv(x: np.ndarray, w: np.ndarray, strides, pads, dilation, groups: int = 1)
     """N-d convolution, data (N, C, *S), weight (O, C/groups, *K)."""
     k = w.ndim - 2
     xp = pad_spatial(x, pads)
-    n, c = x.shape[:2]
+    n, channels = x.shape[:2]
     o = w.shape[0]
     ksize = w.shape[2:]
-    out_sp = [
-        (xp.shape[2 + i] - dilation[i] * (ksize[i] - 1) - 1) // strides[i] + 1 for i in range(k)
-    ]
+    out_sp = [(xp.shape[2 + i] - dilation[i] * (ksize[i] - 1) - 1) // strides[i] + 1 for i in range(k)]
     out = np.zeros((n, o, *out_sp), dtype=np.float64)
-    cg, og = c // groups, o // groups
+    cg, og = channels // groups, o // groups
     for g in range(groups):
         xs = xp[:, g * cg : (g + 1) * cg]
         ws = w[g * og : (g + 1) * og]
@@ -43,7 +41,7 @@ def conv(x: np.ndarray, w: np.ndarray, strides, pads, dilation, groups: int = 1)
 
 def conv2d_transpose(x, w, strides, pads, output_padding=(0, 0)) -> np.ndarray:
     """Transposed 2-d convolution, weight (I, O, KH, KW), groups 1, dilation 1."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     full_h = (h - 1) * strides[0] + kh
     full_w = (wd - 1) * strides[1] + kw
@@ -70,9 +68,13 @@ def pool2d(x, size, strides, pads, kind: str, count_include_pad: bool = False) -
         if kind == "max":
             out[:, :, i, j] = win.max(axis=(2, 3))
         else:
-            count = size[0] * size[1] if count_include_pad else ones[
-                :, :, i * strides[0] : i * strides[0] + size[0], j * strides[1] : j * strides[1] + size[1]
-            ].sum()
+            count = (
+                size[0] * size[1]
+                if count_include_pad
+                else ones[
+                    :, :, i * strides[0] : i * strides[0] + size[0], j * strides[1] : j * strides[1] + size[1]
+                ].sum()
+            )
             out[:, :, i, j] = win.sum(axis=(2, 3)) / count
     return out.astype(x.dtype)
 

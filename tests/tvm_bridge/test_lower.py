@@ -58,7 +58,9 @@ def test_targets_map_fills_devices_without_target() -> None:
         virtual_devices=[relay.VirtualDevice(1, 0), relay.VirtualDevice(2, 0)],
     )
     mod = tvm_bridge.to_relax(bare, {"cuda": "cuda -arch=sm_80"})
-    kinds = [(str(v.target.kind.name), str(v.target.attrs.get("arch", ""))) for v in tvm_bridge.vdevices_of(mod)]
+    kinds = [
+        (str(v.target.kind.name), str(v.target.attrs.get("arch", ""))) for v in tvm_bridge.vdevices_of(mod)
+    ]
     assert kinds == [("llvm", ""), ("cuda", "sm_80")]
 
 

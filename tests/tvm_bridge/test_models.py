@@ -28,11 +28,14 @@ OTHER_MODELS = [
     "resnet18.fused",
     "squeezenet.bound",
 ]
-MODELS = [pytest.param(m) for m in DEFAULT_MODELS] + [pytest.param(m, marks=pytest.mark.slow) for m in OTHER_MODELS]
+MODELS = [pytest.param(m) for m in DEFAULT_MODELS] + [
+    pytest.param(m, marks=pytest.mark.slow) for m in OTHER_MODELS
+]
 
 PLANNED = ["mlp.annotated.planned", "resnet18.annotated.planned"]
 OTHER_PLANNED = [
-    f"{m}.planned" for m in ["mlp", "dqn", "resnet18", "lstm", "squeezenet", "mobilenet", "dcgan", "resnet3d_18"]
+    f"{m}.planned"
+    for m in ["mlp", "dqn", "resnet18", "lstm", "squeezenet", "mobilenet", "dcgan", "resnet3d_18"]
 ] + ["lstm.annotated.planned", "mobilenet.anf.planned", "resnet18.fused.planned", "mlp.bound.planned"]
 
 
@@ -51,7 +54,11 @@ def _prefix_length(module: ast.Module) -> int:
     for node in post_order(module["main"].body):
         if isinstance(node, (ast.Call, ast.Tuple, ast.TupleGetItem)):
             count += 1
-            if isinstance(node, ast.Call) and getattr(node.op, "name", "") in ("nn.conv2d", "nn.conv3d", "nn.dense"):
+            if isinstance(node, ast.Call) and getattr(node.op, "name", "") in (
+                "nn.conv2d",
+                "nn.conv3d",
+                "nn.dense",
+            ):
                 break
     return max(count, 2)
 
@@ -68,7 +75,9 @@ def test_two_cpu_plan_matches_single_device_build(model: str) -> None:
     inputs = random_inputs(module["main"])
     expected = tvm_bridge.run(single, inputs)
     result = tvm_bridge.run(hetero, inputs)
-    scale = max(1.0, float(np.max(np.abs(np.asarray(expected if not isinstance(expected, tuple) else expected[0])))))
+    scale = max(
+        1.0, float(np.max(np.abs(np.asarray(expected if not isinstance(expected, tuple) else expected[0]))))
+    )
     assert _max_error(result, expected) <= 1e-5 * scale
 
 
@@ -93,7 +102,9 @@ def test_solver_plan_on_two_cpus_matches_single_device_build() -> None:
         (),
         {"VirtualDevice": [CPU0]},
     )
-    config = solver.PlanConfig(virtual_devices=("cpu:0", "cpu:1"), default_device="cpu:1", host_device="cpu:0")
+    config = solver.PlanConfig(
+        virtual_devices=("cpu:0", "cpu:1"), default_device="cpu:1", host_device="cpu:0"
+    )
     planned = solver.plan(annotated, config).module
     compiled = tvm_bridge.compile(tvm_bridge.to_relax(planned))
     assert len(compiled.devices) == 2

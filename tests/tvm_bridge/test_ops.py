@@ -129,7 +129,12 @@ CASES = [
         "nn.avg_pool2d(%p0, pool_size=[3, 3], padding=[1, 1, 1, 1], count_include_pad=True)",
         lambda x: ref.pool2d(x, (3, 3), (1, 1), (1, 1, 1, 1), "avg", True),
     ),
-    Case("global_avg_pool2d", ((1, 3, 4, 5),), "nn.global_avg_pool2d(%p0)", lambda x: x.mean((2, 3), keepdims=True)),
+    Case(
+        "global_avg_pool2d",
+        ((1, 3, 4, 5),),
+        "nn.global_avg_pool2d(%p0)",
+        lambda x: x.mean((2, 3), keepdims=True),
+    ),
     Case(
         "adaptive_avg_pool3d",
         ((1, 2, 2, 3, 4),),
@@ -140,8 +145,18 @@ CASES = [
     Case("softmax_axis1", ((1, 3, 2, 2),), "nn.softmax(%p0, axis=1)", lambda x: ref.softmax(x, 1)),
     Case("batch_flatten", ((2, 3, 2, 2),), "nn.batch_flatten(%p0)", lambda x: x.reshape(2, -1)),
     Case("dropout", ((2, 3),), "%0 = nn.dropout(%p0); %0.0", lambda x: x),
-    Case("concatenate", ((1, 2, 3), (1, 4, 3)), "concatenate((%p0, %p1), axis=1)", lambda a, b: np.concatenate([a, b], 1)),
-    Case("split_sections", ((2, 6),), "%0 = split(%p0, indices_or_sections=3, axis=1); %0.2", lambda x: x[:, 4:]),
+    Case(
+        "concatenate",
+        ((1, 2, 3), (1, 4, 3)),
+        "concatenate((%p0, %p1), axis=1)",
+        lambda a, b: np.concatenate([a, b], 1),
+    ),
+    Case(
+        "split_sections",
+        ((2, 6),),
+        "%0 = split(%p0, indices_or_sections=3, axis=1); %0.2",
+        lambda x: x[:, 4:],
+    ),
     Case("split_indices", ((5, 2),), "%0 = split(%p0, indices_or_sections=[1, 3]); %0.1", lambda x: x[1:3]),
     Case(
         "expand_dims",
