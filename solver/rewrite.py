@@ -136,7 +136,10 @@ class Rewriter:
                 fd = self.c.dom(node)
                 for i, p in enumerate(node.params):
                     pd = fd[i] if isinstance(fd, tuple) and i < len(fd) - 1 else fd
-                    self.params[id(p)] = dataclasses.replace(p, virtual_device=self._use(self._result(pd)))
+                    vd = self._use(self._result(pd))
+                    self.params[id(p)] = Var(
+                        p.name, p.type_annotation, vd, span=p.span, checked_type=p.checked_type
+                    )
         for node in order:
             self.memo[id(node)] = self._rebuild(node)
         out = self.memo[id(func)]
@@ -179,7 +182,16 @@ class Rewriter:
                 self._count(result_vd)
                 body = self.child(result_vd, result_vd, self.dev(node.body), node.body)
                 params = tuple(self.params[id(p)] for p in node.params)
-                return dataclasses.replace(node, params=params, body=body, virtual_device=result_vd)
+                return Function(
+                    params,
+                    body,
+                    node.ret_type,
+                    node.type_params,
+                    node.attrs,
+                    result_vd,
+                    span=node.span,
+                    checked_type=node.checked_type,
+                )
             case Call():
                 return self._call(node)
             case Let(var=var, value=value, body=body):
@@ -231,7 +243,9 @@ class Rewriter:
         new_args = tuple(self.child(call_vd, param_vds[i], self.dev(a), a) for i, a in enumerate(call.args))
         if new_op is call.op and all(a is b for a, b in zip(new_args, call.args)):
             return call
-        return dataclasses.replace(call, op=new_op, args=new_args)
+        return Call(
+            new_op, new_args, call.attrs, call.type_args, span=call.span, checked_type=call.checked_type
+        )
 
 
 def describe_devices(vds: Any) -> list[str]:
