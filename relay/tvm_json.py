@@ -27,6 +27,7 @@ import gc
 import json
 import logging
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1227,67 +1228,54 @@ class _Writer:
     # -- output
 
     def to_json(self, root: int) -> str:
-        out: list[str] = ['{\n  "root": ', str(root), ', \n  "nodes": [']
+        """The document in dmlc's layout (as TVM writes it, byte for byte)."""
+        out: list[str] = ['{\n  "root": ', str(root), ', \n  "nodes": [\n    {\n      "type_key": ""\n    }']
+        append = out.append
         index = self.index
-        first = True
-        for spec in self.specs:
-            out.append("\n    {" if first else ", \n    {")
-            first = False
-            if spec is None:
-                out.append('\n      "type_key": ""\n    }')
-                continue
-            out.append('\n      "type_key": ')
-            out.append(_json_string(spec.type_key))
+        quote = _json_string
+        for spec in self.specs[1:]:
+            assert spec is not None
+            append(', \n    {\n      "type_key": ' + quote(spec.type_key))
             if spec.repr:
-                if all(" " <= ch <= "~" for ch in spec.repr):
-                    out.append(', \n      "repr_str": ')
-                    out.append(_json_string(spec.repr))
+                if _PRINTABLE.fullmatch(spec.repr):
+                    append(', \n      "repr_str": ' + quote(spec.repr))
                 else:
                     raw = spec.repr.encode("utf-8", errors="surrogateescape")
-                    out.append(', \n      "repr_b64": ')
-                    out.append(_json_string(base64.b64encode(raw).decode("ascii")))
-            attrs = dict(spec.plain)
-            for name, child in spec.refs:
-                attrs[name] = "0" if child is None else str(index[child])
-            if attrs:
-                items = sorted(attrs.items())
-                if len(items) == 1:
-                    out.append(
-                        ', \n      "attrs": {'
-                        + _json_string(items[0][0])
-                        + ": "
-                        + _json_string(items[0][1])
-                        + "}"
-                    )
+                    append(', \n      "repr_b64": "' + base64.b64encode(raw).decode("ascii") + '"')
+            # Field names are identifiers and node indices digits: only plain values need escaping.
+            fields = [(k, quote(v)) for k, v in spec.plain.items()]
+            fields.extend((k, '"0"' if c is None else '"' + str(index[c]) + '"') for k, c in spec.refs)
+            if fields:
+                fields.sort()
+                if len(fields) == 1:
+                    append(', \n      "attrs": {"' + fields[0][0] + '": ' + fields[0][1] + "}")
                 else:
-                    out.append(', \n      "attrs": {')
-                    out.append(
-                        ", ".join("\n        " + _json_string(k) + ": " + _json_string(v) for k, v in items)
-                    )
-                    out.append("\n      }")
+                    append(', \n      "attrs": {')
+                    append(", ".join(['\n        "' + k + '": ' + v for k, v in fields]))
+                    append("\n      }")
             if spec.keys:
-                out.append(', \n      "keys": [')
-                out.append(", ".join("\n        " + _json_string(k) for k in spec.keys))
-                out.append("\n      ]")
+                append(', \n      "keys": [')
+                append(", ".join(["\n        " + quote(k) for k in spec.keys]))
+                append("\n      ]")
             if spec.data:
                 numbers = ["0" if k is None else str(index[k]) for k in spec.data]
                 if len(numbers) > 10:  # dmlc writes arrays of more than 10 numbers one per line
-                    out.append(', \n      "data": [')
-                    out.append(", ".join("\n        " + n for n in numbers))
-                    out.append("\n      ]")
+                    append(', \n      "data": [\n        ' + ", \n        ".join(numbers) + "\n      ]")
                 else:
-                    out.append(', \n      "data": [' + ", ".join(numbers) + "]")
-            out.append("\n    }")
-        out.append('\n  ], \n  "b64ndarrays": [')
+                    append(', \n      "data": [' + ", ".join(numbers) + "]")
+            append("\n    }")
+        append('\n  ], \n  "b64ndarrays": [')
         if self.tensors:
-            out.append(", ".join("\n    " + _json_string(t) for t in self.tensors))
-            out.append("\n  ]")
+            append(", ".join(["\n    " + quote(t) for t in self.tensors]))
+            append("\n  ]")
         else:
-            out.append("]")
-        out.append(', \n  "attrs": {"tvm_version": "' + TVM_VERSION + '"}\n}')
+            append("]")
+        append(', \n  "attrs": {"tvm_version": "' + TVM_VERSION + '"}\n}')
         return "".join(out)
 
 
+# TVM writes repr bytes as a string when every byte is printable ASCII (isprint).
+_PRINTABLE = re.compile(r"[ -~]*")
 _ESCAPES = {"\r": "\\r", "\n": "\\n", "\\": "\\\\", "\t": "\\t", '"': '\\"'}
 
 
