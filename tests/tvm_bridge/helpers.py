@@ -4,7 +4,6 @@ random inputs, and the compile-and-run round trip."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,9 @@ import relay
 from relay import ast
 from relay.device import Target, VirtualDevice, parse_target
 from relay.traverse import children, post_order, rewrite, with_children
+from tvm_bridge.check import random_inputs, retarget
+
+__all__ = ["random_inputs", "retarget"]  # re-exported for the tests
 
 CORPUS = Path(__file__).resolve().parents[2] / "../shared/corpus"
 
@@ -160,29 +162,6 @@ def split_plan(
     return ast.Module(functions, module.type_definitions, meta)
 
 
-# ---------------------------------------------------------------- inputs
-
-
-def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
-    """Inputs for `func`'s parameters; batch-norm variances kept positive."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for p in func.params:
-        ty = p.type_annotation
-        assert isinstance(ty, ast.TensorType)
-        shape = tuple(int(d) for d in ty.shape)
-        if ty.dtype == "bool":
-            out.append(np.array(rng.random(shape) < 0.5))
-            continue
-        value = rng.standard_normal(shape).astype(ty.dtype)
-        if re.search(r"(moving_var|_var$)", p.name):
-            value = np.abs(value) + 0.5
-        elif len(shape) > 1 and p.name != "data":
-            value *= 1.0 / np.sqrt(max(1, int(np.prod(shape[1:]))))
-        out.append(value)
-    return out
-
-
 def copy_params_plan(module: ast.Module, src: VirtualDevice = CPU0, dst: VirtualDevice = CPU1) -> ast.Module:
     """`@main` with its parameters on `src` and everything else on `dst`:
     every use of a parameter goes through one `device_copy`."""
@@ -205,63 +184,3 @@ def compile_and_run(module: ast.Module, inputs: list[np.ndarray]) -> Any:
     import tvm_bridge
 
     return tvm_bridge.run(tvm_bridge.compile(tvm_bridge.to_relax(module)), inputs)
-
-
-def retarget(module: ast.Module, mapping: dict[int, VirtualDevice] | None) -> ast.Module:
-    """The module with every virtual device of device type `t` replaced by
-    `mapping[t]` (parameters, function results, on_device/device_copy
-    attributes, the meta table): e.g. a cpu/cuda plan run as cpu:0/cpu:1.
-    With `mapping=None` every annotation is removed instead (on_device and
-    device_copy calls by their argument): the unplanned program."""
-    import dataclasses
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, ast.MetaRef):
-            value = module.meta["VirtualDevice"][value.index]
-        if mapping is None:
-            return None
-        if isinstance(value, VirtualDevice) and value.device_type in mapping:
-            return mapping[value.device_type]
-        return value
-
-    new_vars: dict[int, ast.Var] = {}
-
-    def var(v: ast.Var) -> ast.Var:
-        if v.virtual_device is None:
-            return v
-        if mapping is None and id(v) not in new_vars:
-            new_vars[id(v)] = dataclasses.replace(v, virtual_device=None)
-        if id(v) not in new_vars:
-            new_vars[id(v)] = dataclasses.replace(v, virtual_device=convert(v.virtual_device))
-        return new_vars[id(v)]
-
-    def visit(original: ast.Expr, rebuilt: ast.Expr) -> ast.Expr:
-        match rebuilt:
-            case ast.Var():
-                return var(rebuilt)
-            case ast.Function():
-                return dataclasses.replace(
-                    rebuilt,
-                    params=tuple(var(p) for p in rebuilt.params),
-                    virtual_device=convert(rebuilt.virtual_device),
-                )
-            case ast.Let():
-                return dataclasses.replace(rebuilt, var=var(rebuilt.var))
-            case ast.Call(op=ast.Op(name=name), attrs=attrs) if name in (ast.ON_DEVICE, ast.DEVICE_COPY):
-                assert attrs is not None
-                if mapping is None:
-                    return rebuilt.args[0]
-                fields = tuple((k, convert(v)) for k, v in attrs.fields)
-                return dataclasses.replace(rebuilt, attrs=ast.Attrs(fields, attrs.type_key))
-        return rebuilt
-
-    functions = []
-    for gv, func in module.functions:
-        new = rewrite(func, visit)
-        assert isinstance(new, ast.Function)
-        functions.append((gv, new))
-    meta = dict(module.meta)
-    meta["VirtualDevice"] = (
-        [] if mapping is None else [convert(v) for v in module.meta.get("VirtualDevice", [])]
-    )
-    return ast.Module(tuple(functions), module.type_definitions, meta)

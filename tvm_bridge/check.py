@@ -1,0 +1,133 @@
+"""Checking a heterogeneous build: the same program without its device
+annotations, built for one CPU, must compute the same result."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from relay import ast
+from relay.device import VirtualDevice
+from relay.traverse import pre_order, rewrite
+
+
+def is_planned(module: ast.Module) -> bool:
+    """True when every global function has a result device and every
+    parameter a device, i.e. the module is a planner's output."""
+    if not module.functions:
+        return False
+    for _, func in module.functions:
+        if func.virtual_device is None or any(p.virtual_device is None for p in func.params):
+            return False
+    return True
+
+
+def retarget(module: ast.Module, mapping: Mapping[int, VirtualDevice] | None) -> ast.Module:
+    """The module with every virtual device of device type `t` replaced by
+    `mapping[t]` (parameters, function results, on_device/device_copy
+    attributes, the meta table), e.g. a cpu/cuda plan as cpu:0/cpu:1.
+    With `mapping=None` every annotation is removed (on_device and
+    device_copy calls by their argument): the unplanned program."""
+
+    def convert(value: Any) -> Any:
+        if mapping is None:
+            return None
+        if isinstance(value, ast.MetaRef):
+            value = module.meta["VirtualDevice"][value.index]
+        if isinstance(value, VirtualDevice) and value.device_type in mapping:
+            return mapping[value.device_type]
+        return value
+
+    new_vars: dict[int, ast.Var] = {}
+
+    def var(v: ast.Var) -> ast.Var:
+        if v.virtual_device is None:
+            return v
+        if id(v) not in new_vars:
+            new_vars[id(v)] = dataclasses.replace(v, virtual_device=convert(v.virtual_device))
+        return new_vars[id(v)]
+
+    def visit(original: ast.Expr, rebuilt: ast.Expr) -> ast.Expr:
+        match rebuilt:
+            case ast.Var():
+                return var(rebuilt)
+            case ast.Function():
+                return dataclasses.replace(
+                    rebuilt,
+                    params=tuple(var(p) for p in rebuilt.params),
+                    virtual_device=convert(rebuilt.virtual_device),
+                )
+            case ast.Let():
+                return dataclasses.replace(rebuilt, var=var(rebuilt.var))
+            case ast.Call(op=ast.Op(name=name), attrs=attrs) if name in (ast.ON_DEVICE, ast.DEVICE_COPY):
+                if mapping is None:
+                    return rebuilt.args[0]
+                fields = tuple((k, convert(v)) for k, v in (attrs or ast.Attrs()).fields)
+                return dataclasses.replace(
+                    rebuilt, attrs=ast.Attrs(fields, attrs.type_key if attrs else None)
+                )
+        return rebuilt
+
+    functions = []
+    for gv, func in module.functions:
+        new = rewrite(func, visit)
+        assert isinstance(new, ast.Function)
+        functions.append((gv, new))
+    meta = dict(module.meta)
+    meta["VirtualDevice"] = (
+        [] if mapping is None else [convert(v) for v in module.meta.get("VirtualDevice", [])]
+    )
+    return ast.Module(tuple(functions), module.type_definitions, meta)
+
+
+def strip_devices(module: ast.Module) -> ast.Module:
+    """The program without any device annotation."""
+    return retarget(module, None)
+
+
+def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
+    """Inputs for `func`'s parameters: standard normal, scaled by fan-in for
+    weights, positive for batch-norm variances, random booleans."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in func.params:
+        ty = p.type_annotation
+        if not isinstance(ty, ast.TensorType):
+            raise TypeError(f"parameter %{p.name} is not a tensor")
+        shape = tuple(int(d) for d in ty.shape)  # type: ignore[arg-type]
+        if ty.dtype == "bool":
+            out.append(np.array(rng.random(shape) < 0.5))
+            continue
+        value = rng.standard_normal(shape).astype(ty.dtype)
+        if re.search(r"(moving_var|_var$)", p.name):
+            value = np.abs(value) + 0.5
+        elif len(shape) > 1 and p.name != "data":
+            value *= 1.0 / np.sqrt(max(1, int(np.prod(shape[1:]))))
+        out.append(value)
+    return out
+
+
+def max_abs_error(a: Any, b: Any) -> float:
+    """Largest absolute difference between two results (tuples compared field by field)."""
+    if isinstance(a, tuple):
+        if not isinstance(b, tuple) or len(a) != len(b):
+            return float("inf")
+        return max((max_abs_error(x, y) for x, y in zip(a, b)), default=0.0)
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+
+
+def device_kinds(module: ast.Module) -> set[int]:
+    """The device types a module's annotations mention."""
+    kinds: set[int] = set()
+    for vd in module.meta.get("VirtualDevice", []):
+        if isinstance(vd, VirtualDevice) and vd.device_type is not None:
+            kinds.add(vd.device_type)
+    for node in pre_order([f for _, f in module.functions]):
+        vd = node.virtual_device if isinstance(node, (ast.Var, ast.Function)) else None
+        if isinstance(vd, VirtualDevice) and vd.device_type is not None:
+            kinds.add(vd.device_type)
+    return kinds
