@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 
 import tvm_bridge
-from tests.tvm_bridge.helpers import load_corpus, random_inputs, split_plan
+from tests.tvm_bridge.helpers import load_corpus, split_plan
 from tests.tvm_bridge.test_models import _prefix_length
+from tvm_bridge.check import random_inputs
 
 MODELS = [
     "mlp",

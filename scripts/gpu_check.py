@@ -28,7 +28,8 @@ import relay
 import tvm_bridge
 from relay import ast
 from relay.traverse import rewrite
-from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus, random_inputs, retarget
+from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus
+from tvm_bridge.check import random_inputs, retarget
 
 
 def _timed_runs(compiled: tvm_bridge.Compiled, inputs: list[np.ndarray], repeat: int) -> tuple[Any, float]:

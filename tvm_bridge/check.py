@@ -38,7 +38,11 @@ def retarget(module: ast.Module, mapping: Mapping[int, VirtualDevice] | None) ->
             return None
         if isinstance(value, ast.MetaRef):
             value = module.meta["VirtualDevice"][value.index]
-        if isinstance(value, VirtualDevice) and value.device_type in mapping:
+        if (
+            isinstance(value, VirtualDevice)
+            and value.device_type is not None
+            and value.device_type in mapping
+        ):
             return mapping[value.device_type]
         return value
 
