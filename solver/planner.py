@@ -1,8 +1,13 @@
 """`plan(module, config)`: the pipeline of named steps, top to bottom.
 
-resolve devices -> normalise annotations -> infer function shapes -> collect
-constraints (presolve union-find) -> free on_device + TVM defaults (greedy,
-the lexicographic optimum) -> Z3 model of record -> rewrite (section 5).
+1. `resolve_devices`: the virtual-device table, default/host devices, request pins;
+2. `normalise`: on_device normalisation and the conflicting-inputs copies (section 3);
+3. `infer_shapes`: which expressions are functions, of what shape (section 2);
+4. `collect`: hard constraints into the prioritised union-find (presolve); conflicts
+   are explained with Z3 unsat cores (`explain.py`);
+5. `choose_defaults`: free on_device unification and TVM's defaulting walk (section 4);
+6. `check_with_z3`: Z3 checks the compacted system; the plan is read from its model;
+7. `rewrite_module`: devices made explicit (section 5).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,80 +366,103 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
             gc.enable()
 
 
-def _plan(module: Module, config: PlanConfig) -> PlanResult:
+@dataclass
+class _Devices:
+    """Step 1's result: the tables and the devices the request names."""
+
+    ref_table: list[Any]  # what meta[VirtualDevice][i] in the input refers to
+    table: list[Any]  # ref_table plus the default, host and pinned devices
+    default: VirtualDevice
+    host: VirtualDevice
+    pins: list[_Pin]
+
+
+def resolve_devices(module: Module, config: PlanConfig) -> _Devices:
+    """Step 1: the virtual-device table, default and host devices, request pins."""
     if not isinstance(config.timeout_ms, int) or config.timeout_ms <= 0:
         raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
-    times: dict[str, float] = {}
-    t = time.perf_counter()
-
     table = _build_table(module, config)
-    ref_table = list(table)  # what meta[VirtualDevice][i] in the text may refer to
+    ref_table = list(table)
     default, _, table = resolve_device(config.default_device, table)
     host, _, table = resolve_device(config.host_device, table)
     pins, table = _parse_constraints(config, table)
+    return _Devices(ref_table, table, default, host, pins)
+
+
+def module_functions(module: Module) -> tuple[list[tuple[GlobalVar, Function]], bool]:
+    """The global functions to plan, with meta references resolved. A
+    single-expression module is planned as TVM's IRModule.from_expr holds it:
+    @main over the expression's free variables (the flag says so)."""
     functions = list(module.functions)
-    expr_main: GlobalVar | None = None
+    from_expr = False
     if module.expr is not None and not any(gv.name == "main" for gv, _ in functions):
-        # A single-expression module is planned as TVM's IRModule.from_expr
-        # would hold it: @main over the expression's free variables.
-        expr_main = GlobalVar("main")
         functions.append(
-            (expr_main, Function(tuple(free_vars(module.expr)), module.expr, span=module.expr.span))
+            (GlobalVar("main"), Function(tuple(free_vars(module.expr)), module.expr, span=module.expr.span))
         )
-    feats = _scan(functions)
-    if feats.meta_refs:
-        functions = _resolve_meta_refs(functions, ref_table)
-    targets = _targets(table, default, host)
-    ds = DomainSystem(targets)
-    canonical = ds.canonical
+        from_expr = True
+    return functions, from_expr
 
-    # Normalisation (section 3, before collection). Without annotations
-    # both steps are the identity, so they are skipped.
-    if feats.annotations:
-        functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
-        try:
-            optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
-            rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
-        except InputConflictCrash as err:
-            raise _crash_conflict(err) from None
-        replaced = {gv.name: f for gv, f in rewritten}
-        functions = [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
-    functions, annotation_kinds = _apply_op_pins(functions, pins)
-    request_pins = _find_pins(functions, pins)
 
-    shapes = infer_shapes(module, [f for _, f in functions])
-    times["infer"] = (time.perf_counter() - t) * 1000
+def normalise(
+    functions: list[tuple[GlobalVar, Function]],
+    feats: _Features,
+    canonical: Callable[[VirtualDevice], VirtualDevice],
+) -> list[tuple[GlobalVar, Function]]:
+    """Step 2 (section 3): on_device normalisation, then the conflicting-inputs
+    copies. Without annotations both are the identity and are skipped."""
+    if not feats.annotations:
+        return functions
+    functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
+    try:
+        optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
+        rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
+    except InputConflictCrash as err:
+        raise _crash_conflict(err) from None
+    replaced = {gv.name: f for gv, f in rewritten}
+    return [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
 
-    # Collection + presolve (hard constraints; conflicts explained).
-    t = time.perf_counter()
-    for gv, func in functions:
-        for param in func.params:
-            ds.param_owner[id(param)] = f"@{gv.name}"
-    collector = Collector(module, functions, shapes, ds, canonical(default), host, annotation_kinds)
+
+def collect(
+    collector: Collector, request_pins: list[tuple[str, Any, VirtualDevice, int]], timeout_ms: int
+) -> None:
+    """Step 4: collect the hard constraints into the union-find (presolve);
+    a refused join becomes a PlanningConflict with a minimal explanation."""
     try:
         collector.collect(request_pins)
     except Incompatible as err:
-        times["collect"] = (time.perf_counter() - t) * 1000
-        raise explain_conflict(ds, err, config.timeout_ms) from None
-    times["collect"] = (time.perf_counter() - t) * 1000
+        raise explain_conflict(collector.ds, err, timeout_ms) from None
 
-    t = time.perf_counter()
+
+@dataclass
+class _Defaults:
+    hard: dict[int, VirtualDevice]  # presolve class -> device after the hard constraints
+    final_root: dict[int, int]  # presolve class -> class after the soft steps
+    final: dict[int, VirtualDevice]  # final class -> device chosen
+
+
+def choose_defaults(collector: Collector, run_free_on_device: bool) -> _Defaults:
+    """Step 5 (section 4): free on_device unification, then TVM's defaulting
+    walk; greedy in priority order, which is the lexicographic optimum."""
+    ds = collector.ds
     ds.logging = False
     hard_roots = ds.classes()
     hard = {r: ds.vd[r] for r in hard_roots}
-    if feats.free_on_device or any(p.kind == "op" for p in pins):
+    if run_free_on_device:
         collector.unify_free_on_devices()
     collector.apply_defaults()
     final_root = {r: ds.find(r) for r in hard_roots}
     final = {r: ds.vd[r] for r in set(final_root.values())}
-    times["presolve"] = (time.perf_counter() - t) * 1000
+    return _Defaults(hard, final_root, final)
 
-    t = time.perf_counter()
-    model = check_plan(hard, final_root, final, config.timeout_ms)
-    times["z3"] = (time.perf_counter() - t) * 1000
+
+def check_with_z3(
+    ds: DomainSystem, defaults: _Defaults, timeout_ms: int
+) -> tuple[Callable[[int], VirtualDevice], Any]:
+    """Step 6: Z3 checks the compacted system; the plan is read from its model."""
+    model = check_plan(defaults.hard, defaults.final_root, defaults.final, timeout_ms)
     for root, vd in model.devices.items():
-        if vd != final[root]:
-            raise RuntimeError(f"internal error: Z3 model {vd} differs from presolve {final[root]}")
+        if vd != defaults.final[root]:
+            raise RuntimeError(f"internal error: Z3 model {vd} differs from presolve {defaults.final[root]}")
     model_devices = model.devices
 
     def device_of(elem: int) -> VirtualDevice:
@@ -442,45 +470,95 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         found = model_devices.get(root)
         return found if found is not None else ds.vd[root]
 
-    t = time.perf_counter()
-    rewriter = Rewriter(collector, device_of)
+    return device_of, model
+
+
+def rewrite_module(
+    module: Module,
+    functions: list[tuple[GlobalVar, Function]],
+    rewriter: Rewriter,
+    ref_table: list[Any],
+    from_expr: bool,
+) -> tuple[Module, dict[str, dict[str, Any]]]:
+    """Step 7 (section 5): rewrite every optimizable global; the output table is
+    the input table followed by the devices the plan introduces."""
     out_functions = []
     summary: dict[str, dict[str, Any]] = {}
     for gv, func in functions:
-        if is_optimizable(func):
-            new = rewriter.rewrite_function(func)
-            out_functions.append((gv, new))
-            if isinstance(new, Function) and not new.is_primitive:
-                summary[gv.name] = {
-                    "params": [device_name(p.virtual_device) for p in new.params],  # type: ignore[arg-type]
-                    "result": device_name(new.virtual_device),  # type: ignore[arg-type]
-                }
-        else:
+        if not is_optimizable(func):
             out_functions.append((gv, func))
-    out_table = list(ref_table)  # the input table; devices the plan introduces follow
+            continue
+        new = rewriter.rewrite_function(func)
+        out_functions.append((gv, new))
+        if not new.is_primitive:
+            summary[gv.name] = {
+                "params": [device_name(p.virtual_device) for p in new.params],  # type: ignore[arg-type]
+                "result": device_name(new.virtual_device),  # type: ignore[arg-type]
+            }
+    out_table = list(ref_table)
     for vd in rewriter.used:
         if vd not in out_table:
             out_table.append(vd)
     meta = dict(module.meta)
     meta["VirtualDevice"] = out_table
-    out_module = dataclasses.replace(
-        module, functions=tuple(out_functions), meta=meta, expr=None if expr_main is not None else module.expr
+    expr = None if from_expr else module.expr
+    return dataclasses.replace(module, functions=tuple(out_functions), meta=meta, expr=expr), summary
+
+
+def _plan(module: Module, config: PlanConfig) -> PlanResult:
+    times: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        times[phase] = round((now - clock) * 1000, 3)
+        clock = now
+
+    devices = resolve_devices(module, config)
+    functions, from_expr = module_functions(module)
+    feats = _scan(functions)
+    if feats.meta_refs:
+        functions = _resolve_meta_refs(functions, devices.ref_table)
+    ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
+    functions = normalise(functions, feats, ds.canonical)
+    functions, annotation_kinds = _apply_op_pins(functions, devices.pins)
+    request_pins = _find_pins(functions, devices.pins)
+    shapes = infer_shapes(module, [f for _, f in functions])  # step 3
+    lap("infer")
+
+    for gv, func in functions:
+        for param in func.params:
+            ds.param_owner[id(param)] = f"@{gv.name}"
+    collector = Collector(
+        module, functions, shapes, ds, ds.canonical(devices.default), devices.host, annotation_kinds
     )
-    times["rewrite"] = (time.perf_counter() - t) * 1000
+    collect(collector, request_pins, config.timeout_ms)
+    lap("collect")
+
+    defaults = choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
+    lap("presolve")
+
+    device_of, model = check_with_z3(ds, defaults, config.timeout_ms)
+    lap("z3")
+
+    rewriter = Rewriter(collector, device_of)
+    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, from_expr)
+    lap("rewrite")
 
     stats = PlanStats(
-        classes=len(final_root),
+        classes=len(defaults.final_root),
         variables=model.variables,
         hard_constraints=collector.hard_count,
         soft_constraints=collector.soft_count,
-        time_ms={k: round(v, 3) for k, v in times.items()},
+        time_ms=times,
         nodes=len(ds.parent),
         z3_constraints=model.constraints,
         z3_assumptions=model.assumptions,
     )
     return PlanResult(
         module=out_module,
-        virtual_devices=[v for v in out_table if isinstance(v, VirtualDevice)],
+        virtual_devices=[v for v in out_module.meta["VirtualDevice"] if isinstance(v, VirtualDevice)],
         stats=stats,
         copies=rewriter.copies,
         functions=summary,
