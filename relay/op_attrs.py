@@ -340,7 +340,7 @@ _SCHEMA_LIST: tuple[AttrsSchema, ...] = (
     ),
     _schema("ArgsortAttrs", ("axis", "int", -1), ("is_ascend", "bool", True), ("dtype", "dtype", "")),
     _schema(
-        "TopKAttrs",
+        "TopkAttrs",
         ("k", "Integer"),
         ("axis", "int", -1),
         ("ret_type", "str", "both"),
@@ -441,7 +441,7 @@ _OP_TYPES: dict[str, str] = {
     "variance": "VarianceAttrs",
     "std": "VarianceAttrs",
     "argsort": "ArgsortAttrs",
-    "topk": "TopKAttrs",
+    "topk": "TopkAttrs",
     "image.resize1d": "Resize1DAttrs",
     "image.resize2d": "Resize2DAttrs",
     "image.resize3d": "Resize3DAttrs",
