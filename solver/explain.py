@@ -39,8 +39,6 @@ from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
 from .solve import _Codes
 
-_FIELDS = ("device type", "device id", "target", "memory scope")
-
 _Values = tuple[int | None, ...]
 _PinInfo = tuple[int, VirtualDevice, int, _Values]  # element, device, constraint id, field codes
 _Path = list[tuple[int, int, int]]  # (from, to, constraint id)

@@ -168,7 +168,6 @@ class Rewriter:
         return order
 
     def _rebuild(self, node: Expr) -> Expr:
-        memo = self.memo
         match node:
             case Var():
                 return self.params.get(id(node), node)
@@ -214,7 +213,6 @@ class Rewriter:
                 from relay.traverse import with_children
 
                 return with_children(node, tuple(self.child_of(node, k) for k in kids))
-        del memo
         raise TypeError(f"cannot rewrite {type(node).__name__}")
 
     def _call(self, call: Call) -> Expr:
@@ -246,7 +244,3 @@ class Rewriter:
         return Call(
             new_op, new_args, call.attrs, call.type_args, span=call.span, checked_type=call.checked_type
         )
-
-
-def describe_devices(vds: Any) -> list[str]:
-    return [str(v) for v in vds]

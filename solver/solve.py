@@ -9,7 +9,6 @@ the defaults chosen by TVM's walk. The plan is read from the model.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
 import z3
@@ -114,7 +113,6 @@ def check_plan(
     if lines:
         solver.from_string("\n".join(lines))
     lits = [z3.Bool(a, ctx) for a in assumptions]
-    started = time.perf_counter()
     result = solver.check(*lits)
     if result == z3.unknown:
         raise SolverTimeout(
@@ -122,7 +120,6 @@ def check_plan(
         )
     if result == z3.unsat:
         raise RuntimeError("internal error: the presolved device plan is inconsistent (Z3 says unsat)")
-    del started
     values: dict[str, int] = {}
     for name, text in _MODEL_RE.findall(solver.model().sexpr()):
         values[name] = int(text.replace("(- ", "-").replace(")", ""))
