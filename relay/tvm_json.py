@@ -1496,6 +1496,14 @@ def _encode_generic(w: _Writer, value: Any, children: list[tuple[_Item, Any]]) -
         return _encode_type(w, value, children)
     if isinstance(value, A.Attrs):
         return _encode_attrs(w, value, children)
+    if isinstance(value, _MapValue):
+        if value.str_keys:
+            return _encode_fresh(w, "strmap", value.items, children)
+        return _encode_fresh(
+            w, "objmap", tuple((("generic", k), ("generic", v)) for k, v in value.items), children
+        )
+    if isinstance(value, _DictAttrsValue):
+        return _encode_fresh(w, "dictattrs", value.items, children)
     if isinstance(value, A.MetaRef):
         raise RelayError(f"cannot write meta[{value.kind}][{value.index}]: its value is unknown")
     raise RelayError(f"cannot write a {type(value).__name__} as TVM JSON")
@@ -1555,6 +1563,11 @@ def _encode_dim(w: _Writer, dim: Any, children: list[tuple[_Item, Any]]) -> _Spe
         return spec
     if isinstance(dim, TVMObject):
         raise RelayError("internal: raw objects are copied, not encoded")
+    if isinstance(dim, float):  # vision attributes keep FloatImm in Array<IndexExpr>
+        spec = _Spec("FloatImm")
+        spec.plain.update(dtype="float32", value=_format_double(dim))
+        spec.refs.append(("span", None))
+        return spec
     spec = _Spec("IntImm")
     if isinstance(dim, A.IntImm):
         spec.plain.update(dtype=dim.dtype, value=str(int(dim.value)))

@@ -226,3 +226,50 @@ def test_selected_defaults(op: str, field: str, default: object) -> None:
     assert schema is not None
     found = schema.field(field)
     assert found is not None and found.default == default
+
+
+def test_every_tvm_attrs_type_round_trips_through_json() -> None:
+    """Each of TVM 0.19's attribute types, with its defaults, writes and reads
+    back to equal attributes (so any Relay JSON TVM wrote loads)."""
+    x = A.Var("x", A.TensorType((1, 4), "float32"))
+    calls = []
+    for op_name, type_key in sorted(op_attrs.OP_ATTRS_TYPE.items()):
+        schema = op_attrs.SCHEMAS[type_key]
+        fields = []
+        for f in schema.fields:
+            if f.default is not op_attrs.REQUIRED:
+                continue
+            sample = {
+                "int": 2,
+                "bool": True,
+                "float": 0.5,
+                "str": "NCHW",
+                "dtype": "int64",
+                "String": "x",
+            }.get(f.kind)
+            if f.kind in ("IndexExprs", "Integers"):
+                sample = (1, 2)
+            elif f.kind in ("IndexExpr", "Integer"):
+                sample = 3
+            elif f.kind == "IntegersList":
+                sample = ((0, 1), (1, 0))
+            elif f.kind == "VirtualDevice":
+                sample = VirtualDevice(2, 0, parse_target("cuda"), None)
+            elif f.kind == "IntOrInts":
+                sample = 2
+            fields.append((f.name, sample))
+        calls.append(A.Call(A.op(op_name), (x,), A.Attrs(tuple(fields), type_key)))
+    module = A.Module(((A.GlobalVar("main"), A.Function((x,), A.Tuple(tuple(calls)))),))
+    out = relay.dump_json(module)
+    back = relay.load_json(out)
+    for before, after in zip(calls, back["main"].body.fields):
+        assert after.attrs is not None and after.attrs.type_key == before.attrs.type_key
+        assert op_attrs.normalize_for_compare(before.op.name, before.attrs) == op_attrs.normalize_for_compare(
+            after.op.name, after.attrs
+        ), before.op.name
+    assert relay.dump_json(back) == out
+    nodes = json.loads(out)["nodes"]
+    for node in nodes:
+        schema = op_attrs.SCHEMAS.get(node["type_key"])
+        if schema is not None:
+            assert set(node.get("attrs", {})) == set(schema.names), node["type_key"]
