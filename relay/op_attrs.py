@@ -355,6 +355,21 @@ _SCHEMA_LIST: tuple[AttrsSchema, ...] = (
     _resize("Resize3DAttrs", "NCDHW"),
 )
 
+# Quantized operators (include/tvm/relay/qnn/attrs.h).
+_QNN_SCHEMAS: tuple[AttrsSchema, ...] = (
+    _schema(
+        "RequantizeAttrs",
+        ("axis", "int", -1),
+        ("rounding", "str", "None"),
+        ("compute_dtype", "str", "None"),
+        ("out_dtype", "dtype", ""),
+    ),
+    _schema("QuantizeAttrs", ("out_dtype", "dtype"), ("axis", "int", -1)),
+    _schema("SimulatedQuantizeAttrs", ("axis", "int", -1)),
+    _schema("DequantizeAttrs", ("out_dtype", "dtype"), ("axis", "int", -1)),
+    _schema("BroadcastAttrs", ("lhs_axis", "int", -1), ("rhs_axis", "int", -1)),
+)
+
 # The other attribute types TVM 0.19 declares in include/tvm/relay/attrs/*.h,
 # so that any Relay JSON it wrote loads (and writes back) field by field.
 _MORE_SCHEMAS: tuple[AttrsSchema, ...] = (
@@ -598,7 +613,9 @@ _MORE_SCHEMAS: tuple[AttrsSchema, ...] = (
     ),
 )
 
-SCHEMAS: Final[dict[str, AttrsSchema]] = {s.type_key: s for s in (*_SCHEMA_LIST, *_MORE_SCHEMAS)}
+SCHEMAS: Final[dict[str, AttrsSchema]] = {
+    s.type_key: s for s in (*_SCHEMA_LIST, *_QNN_SCHEMAS, *_MORE_SCHEMAS)
+}
 
 # Operator name -> attribute type (ops registered with `set_attrs_type`).
 _OP_TYPES: dict[str, str] = {
@@ -691,6 +708,23 @@ _OP_TYPES: dict[str, str] = {
     "image.resize2d": "Resize2DAttrs",
     "image.resize3d": "Resize3DAttrs",
     # less common operators, as TVM 0.19 registers them
+    "qnn.add": "BroadcastAttrs",
+    "qnn.avg_pool2d": "AvgPool2DAttrs",
+    "qnn.batch_matmul": "BatchMatmulAttrs",
+    "qnn.concatenate": "ConcatenateAttrs",
+    "qnn.contrib_dense_pack": "DensePackAttrs",
+    "qnn.conv2d": "Conv2DAttrs",
+    "qnn.conv2d_transpose": "Conv2DTransposeAttrs",
+    "qnn.dense": "DenseAttrs",
+    "qnn.dequantize": "DequantizeAttrs",
+    "qnn.leaky_relu": "LeakyReluAttrs",
+    "qnn.mul": "BroadcastAttrs",
+    "qnn.quantize": "QuantizeAttrs",
+    "qnn.requantize": "RequantizeAttrs",
+    "qnn.simulated_dequantize": "DequantizeAttrs",
+    "qnn.simulated_quantize": "SimulatedQuantizeAttrs",
+    "qnn.softmax": "SoftmaxAttrs",
+    "qnn.subtract": "BroadcastAttrs",
     "call_lowered": "CallLoweredAttrs",
     "contrib_reverse_reshape": "ReshapeAttrs",
     "debug": "DebugAttrs",
