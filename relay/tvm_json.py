@@ -1854,6 +1854,7 @@ def load_json(text: str | bytes, name: str = "<json>") -> A.Module:
         tuple(k for k, _ in gv_map.items) if isinstance(gv_map, _MapValue) and gv_map.str_keys else (),
         tuple(k for k, _ in gtv_map.items) if isinstance(gtv_map, _MapValue) and gtv_map.str_keys else (),
     )
+    logger.debug("loaded %s: %d nodes, %d functions", name, len(doc.nodes), len(functions))
     constrained = any(not vd.is_fully_unconstrained for vd in origins.vd_by_value)
     meta = _collect_meta(tuple(functions), None) if constrained else {}
     return A.Module(tuple(functions), tuple(typedefs), meta, raw=raw)
