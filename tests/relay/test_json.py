@@ -745,3 +745,18 @@ def test_json_meta_numbers_devices_like_tvm(corpus: Path) -> None:
         )
         checked += 1
     assert checked >= 20
+
+
+TEXT_FILES = corpus_files("**/*.relay")
+
+
+@pytest.mark.parametrize("path", TEXT_FILES, ids=_ids(TEXT_FILES))
+def test_corpus_text_converts_to_json_and_back(path: Path) -> None:
+    """Every corpus program: text -> JSON -> IR is the same program, and the
+    JSON we write is a fixpoint of load/dump."""
+    module = relay.parse_text(path.read_text(), name=path.name)
+    out = relay.dump_json(module)
+    back = relay.load_json(out)
+    assert relay.structural_equal(module, back)
+    assert relay.dump_json(back) == out
+    assert relay.structural_equal(relay.parse_text(relay.print_text(back)), module)
