@@ -419,7 +419,13 @@ class Collector:
                     continue
                 if isinstance(node, Call):
                     cd = self.callee_domain(node)
-                    if not ds.is_fully_constrained(cd):
+                    first = cd[0] if type(cd) is tuple and cd else None
+                    if type(first) is int and all(x == first for x in cd):  # type: ignore[union-attr]
+                        # An operator's shared domain: result, then params, is one class.
+                        if not ds.device(first).is_fully_constrained:
+                            self.soft_count += 1
+                            ds.set_default(first, default, ds.tag("default", node, hard=False))
+                    elif not ds.is_fully_constrained(cd):
                         self.soft_count += 1
                         ds.set_result_default_then_params(cd, default, ds.tag("default", node, hard=False))
                     stack.extend(reversed(node.args))

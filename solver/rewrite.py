@@ -37,7 +37,7 @@ from relay.device import VirtualDevice
 from relay.span import Span
 from relay.traverse import children
 
-from .collect import Collector
+from .collect import _SPECIAL_OPS, Collector
 from .domains import Domain
 from .normalize import maybe_on_device
 
@@ -221,6 +221,32 @@ class Rewriter:
             return self.memo[id(call.args[0])]
         call_vd = self.dev(call)
         self._count(call_vd)
+        if name is not None and name not in _SPECIAL_OPS:
+            # Device-polymorphic operator: arguments share the call's device, so
+            # only an argument read through a free on_device can need a copy.
+            memo = self.memo
+            dev = self.dev
+            args = call.args
+            op_args = []
+            changed = False
+            for a in args:
+                new = memo.get(id(a))
+                a_vd = dev(a)
+                if new is None or (a_vd is not call_vd and a_vd != call_vd):
+                    new = self.child(call_vd, call_vd, a_vd, a)
+                if new is not a:
+                    changed = True
+                op_args.append(new)
+            if not changed:
+                return call
+            return Call(
+                call.op,
+                tuple(op_args),
+                call.attrs,
+                call.type_args,
+                span=call.span,
+                checked_type=call.checked_type,
+            )
         dc = device_copy_props(call) if name == "device_copy" else None
         if dc is not None:
             ds = self.c.ds
