@@ -484,6 +484,14 @@ def rewrite_module(
     the input table followed by the devices the plan introduces."""
     out_functions = []
     summary: dict[str, dict[str, Any]] = {}
+    names: dict[int, tuple[Any, str]] = {}
+
+    def name_of(vd: Any) -> str:
+        found = names.get(id(vd))
+        if found is None:
+            found = names[id(vd)] = (vd, device_name(vd))
+        return found[1]
+
     for gv, func in functions:
         if not is_optimizable(func):
             out_functions.append((gv, func))
@@ -492,8 +500,8 @@ def rewrite_module(
         out_functions.append((gv, new))
         if not new.is_primitive:
             summary[gv.name] = {
-                "params": [device_name(p.virtual_device) for p in new.params],  # type: ignore[arg-type]
-                "result": device_name(new.virtual_device),  # type: ignore[arg-type]
+                "params": [name_of(p.virtual_device) for p in new.params],
+                "result": name_of(new.virtual_device),
             }
     out_table = list(ref_table)
     for vd in rewriter.used:
