@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1989,15 +1990,20 @@ _TYPE_MEMORY: OrderedDict[int, tuple[A.TensorType, RawRef]] = OrderedDict()
 _TYPE_MEMORY_LIMIT = 65536
 
 
+_TYPE_MEMORY_LOCK = threading.Lock()
+
+
 def _remember_type(ty: A.TensorType, ref: RawRef) -> None:
-    _TYPE_MEMORY[id(ty)] = (ty, ref)
-    _TYPE_MEMORY.move_to_end(id(ty))
-    while len(_TYPE_MEMORY) > _TYPE_MEMORY_LIMIT:
-        _TYPE_MEMORY.popitem(last=False)
+    with _TYPE_MEMORY_LOCK:
+        _TYPE_MEMORY[id(ty)] = (ty, ref)
+        _TYPE_MEMORY.move_to_end(id(ty))
+        while len(_TYPE_MEMORY) > _TYPE_MEMORY_LIMIT:
+            _TYPE_MEMORY.popitem(last=False)
 
 
 def _remembered_type(ty: A.TensorType) -> RawRef | None:
-    found = _TYPE_MEMORY.get(id(ty))
+    with _TYPE_MEMORY_LOCK:
+        found = _TYPE_MEMORY.get(id(ty))
     if found is not None and found[0] is ty:
         return found[1]
     return None
