@@ -122,10 +122,25 @@ class DomainSystem:
             self.edge_a.append(a)
             self.edge_b.append(b)
             self.edge_c.append(cid)
-        ra, rb = self.find(a), self.find(b)
+        parent = self.parent
+        ra = a
+        while parent[ra] != ra:
+            ra = parent[ra]
+        rb = b
+        while parent[rb] != rb:
+            rb = parent[rb]
+        undo = self._undo
+        if undo is None:  # path compression (not while a trial may be undone)
+            x = a
+            while parent[x] != ra:
+                parent[x], x = ra, parent[x]
+            x = b
+            while parent[x] != rb:
+                parent[x], x = rb, parent[x]
         if ra == rb:
             return
-        va, vb = self.vd[ra], self.vd[rb]
+        vds = self.vd
+        va, vb = vds[ra], vds[rb]
         if vb is va or vb is _FREE or _is_free(vb):
             joined = va
         elif va is _FREE or _is_free(va):
@@ -138,8 +153,11 @@ class DomainSystem:
         if ra < rb:
             ra, rb = rb, ra
         # keep the older root (smaller index) as representative: stable reading order
-        self._set(ra, rb, self.vd[ra])
-        self._set(rb, rb, joined)
+        if undo is not None:
+            undo.append((ra, ra, vds[ra]))
+            undo.append((rb, rb, vds[rb]))
+        parent[ra] = rb
+        vds[rb] = joined
 
     def pin(self, a: int, device: VirtualDevice, cid: int) -> None:
         if self.logging:
