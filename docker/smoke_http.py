@@ -127,7 +127,15 @@ def check_compile(base: str) -> str:
     body = reply.json()
     art = request(base, "GET", body["download"], timeout=60)
     expect(art.status == 200 and len(art.body) == body["size_bytes"], f"artifact download {art.status}")
-    return f"artifact {body['artifact_id']} {body['size_bytes']} bytes"
+    again = request(base, "POST", "/compile", payload, timeout=300)
+    expect(again.status == 200, f"second /compile answered {again.status}: {again.body[:300]!r}")
+    expect(again.json()["artifact_id"] == body["artifact_id"], "same request, different artifact")
+    expect(again.json().get("cache_hit") is True, "second identical /compile was not a cache hit")
+    report = body["report"]
+    return (
+        f"artifact {body['artifact_id']} {body['size_bytes']} bytes, compile {report['compile_ms']:.0f} ms,"
+        " then a cache hit"
+    )
 
 
 def chain_module(n: int) -> str:
