@@ -181,7 +181,7 @@ make_base_tar() {
     local root=$WORK/rootfs
     debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$root" "$MIRROR"
     # Slim it the way Debian's -slim images are: no package caches, lists, docs, man pages,
-    # translations; and keep later apt installs (the full variant's g++) from adding them back.
+    # translations; and keep later apt installs (the full variant's gcc) from adding them back.
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*.log \
         "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/locale/*
     find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
