@@ -470,6 +470,7 @@ class _ModuleValue:
 
 _UNSET = object()
 _UNCONSTRAINED = VirtualDevice()
+_UNCONSTRAINED_KEY = ("vd", _UNCONSTRAINED)
 
 
 class Origins:
@@ -1114,7 +1115,7 @@ class _Writer:
                 found = origins.vd_by_value.get(vd)
                 if found is not None:
                     return ("raw", id(origins.doc), found)
-            return ("vd", vd)
+            return _UNCONSTRAINED_KEY if vd is _UNCONSTRAINED else ("vd", vd)
         if slot == "target":
             if isinstance(value.raw, RawRef) and self._raw_target_matches(value):
                 return ("raw", id(value.raw.doc), value.raw.node)
@@ -1161,7 +1162,8 @@ class _Writer:
             item, key = stack.pop()
             if key is None or key in self.index:
                 continue
-            keep.append(item)
+            if key[0] == "obj":  # identified by id(): keep the object alive while numbering
+                keep.append(item)
             spec, children = self._spec(item, key)
             self.index[key] = len(self.specs)
             self.specs.append(spec)
