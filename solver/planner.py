@@ -253,7 +253,10 @@ def _parse_constraints(config: PlanConfig, table: list[Any]) -> tuple[list[_Pin]
         extra = set(select) - {"param", "function", "op", "index"}
         if len(kinds) != 1 or extra or ("index" in select and kinds != ["op"]):
             raise PlanConfigError(f"constraint #{k}: bad selector {dict(select)!r}")
-        device, _, table = resolve_device(entry["device"], table)
+        try:
+            device, _, table = resolve_device(entry["device"], table)
+        except PlanConfigError as err:
+            raise PlanConfigError(f"constraint #{k}: {err}") from None
         pins.append(_Pin(kinds[0], k, device, select))
     return pins, table
 
@@ -383,8 +386,14 @@ def resolve_devices(module: Module, config: PlanConfig) -> _Devices:
         raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
     table = _build_table(module, config)
     ref_table = list(table)
-    default, _, table = resolve_device(config.default_device, table)
-    host, _, table = resolve_device(config.host_device, table)
+    try:
+        default, _, table = resolve_device(config.default_device, table)
+    except PlanConfigError as err:
+        raise PlanConfigError(f"default device: {err}") from None
+    try:
+        host, _, table = resolve_device(config.host_device, table)
+    except PlanConfigError as err:
+        raise PlanConfigError(f"host device: {err}") from None
     pins, table = _parse_constraints(config, table)
     return _Devices(ref_table, table, default, host, pins)
 

@@ -182,3 +182,13 @@ def test_expression_module_becomes_main() -> None:
 def test_bad_timeout(timeout: int) -> None:
     with pytest.raises(solver.PlanConfigError):
         solver.plan(relay.parse_text(CHAIN), solver.PlanConfig(timeout_ms=timeout))
+
+
+def test_bad_device_specs_are_named() -> None:
+    module = relay.parse_text(CHAIN)
+    with pytest.raises(solver.PlanConfigError, match="default device"):
+        solver.plan(module, solver.PlanConfig(default_device="tpu"))
+    with pytest.raises(solver.PlanConfigError, match="host device"):
+        solver.plan(module, solver.PlanConfig(host_device={"colour": "red"}))
+    with pytest.raises(solver.PlanConfigError, match="constraint #0"):
+        solver.plan(module, solver.PlanConfig(constraints=({"select": {"op": "exp"}, "device": "tpu:0"},)))
