@@ -92,8 +92,11 @@ def device_name(vd: VirtualDevice) -> str:
 
 def _build_table(module: Module, config: PlanConfig) -> list[Any]:
     table = list(module.meta.get("VirtualDevice", []) or [])
-    for spec in config.virtual_devices:
-        table.append(complete_spec(spec, table) if not isinstance(spec, VirtualDevice) else spec)
+    for i, spec in enumerate(config.virtual_devices):
+        try:
+            table.append(complete_spec(spec, table) if not isinstance(spec, VirtualDevice) else spec)
+        except PlanConfigError as err:
+            raise PlanConfigError(f"virtual_devices[{i}]: {err}") from None
     return table
 
 
