@@ -61,6 +61,8 @@ from .span import ParseError, RelayError, SourceText, Span, VerifyError
 from .text import parse_text
 from .traverse import children, free_vars, post_order, pre_order, rewrite, with_children
 from .verify import verify
+from .tvm_json import TVMObject, decode_meta_section, encode_meta_section
+from . import op_attrs
 
 
 def load_json(text: str) -> Module:
@@ -78,6 +80,10 @@ def dump_json(module: Module) -> str:
 
 
 __all__ = [
+    "TVMObject",
+    "decode_meta_section",
+    "encode_meta_section",
+    "op_attrs",
     "ANY",
     "AnyDim",
     "Attrs",

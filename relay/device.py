@@ -122,7 +122,7 @@ def _freeze(value: Any) -> Any:
 # Attributes TVM 0.19 fills in for a target of each kind (Target::Target from a
 # string); a target we create is written in this complete form so TVM loads it.
 _KIND_DEFAULTS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = {
-    "llvm": (("cpu",), ()),
+    "llvm": (("cpu",), (("mtriple", ""),)),
     "c": (("cpu",), ()),
     "cuda": (("cuda", "gpu"), (("thread_warp_size", 32), ("max_num_threads", 1024), ("arch", "sm_50"))),
     "rocm": (("rocm", "gpu"), (("thread_warp_size", 64), ("max_num_threads", 256))),

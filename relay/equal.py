@@ -22,7 +22,9 @@ def structural_equal(a: A.Module | A.Expr, b: A.Module | A.Expr) -> bool:
 
 def _attrs_key(op_name: str | None, attrs: A.Attrs | None) -> dict[str, Any]:
     if attrs is None:
-        return {}
+        if op_name is None:
+            return {}
+        attrs = A.Attrs()
     if op_name is not None:
         try:
             from .op_attrs import normalize_for_compare
