@@ -98,9 +98,13 @@ def rewrite_on_devices(func: Function) -> Function:
 class InputConflictCrash(Exception):
     """TVM fails an internal check in the conflicting-inputs walk."""
 
-    def __init__(self, call: Call, message: str) -> None:
+    def __init__(
+        self, call: Call, message: str, arg: Expr | None = None, arg_device: VirtualDevice | None = None
+    ) -> None:
         super().__init__(message)
         self.call = call
+        self.arg = arg
+        self.arg_device = arg_device
 
 
 def copy_conflicting_inputs(
@@ -185,10 +189,10 @@ def copy_conflicting_inputs(
                 src_raw = records.get(id(arg), _FREE)
                 dst_raw = records.get(id(original), _FREE)
                 if src_raw.device_type is None and src_raw.target is None:
-                    raise InputConflictCrash(original, "conflicting argument whose device is unknown")
+                    raise InputConflictCrash(original, "conflicting argument whose device is unknown", arg)
                 if dst_raw.device_type is None and dst_raw.target is None:
                     raise InputConflictCrash(
-                        original, "call with a conflicting argument on an unknown device"
+                        original, "call with a conflicting argument on an unknown device", arg, src_raw
                     )
                 src, dst = canonical(src_raw), canonical(dst_raw)
                 if src != dst:

@@ -349,10 +349,29 @@ def _find_pins(
 
 
 def _crash_conflict(err: InputConflictCrash) -> PlanningConflict:
+    """TVM 0.19 fails an internal check here; we report it as a conflict."""
+    from .explain import device_text
+
     call = err.call
-    c = ConflictConstraint("conflicting inputs", err.args[0], short_text(call), call.span, [])
     loc = f"{call.span.line}:{call.span.column}" if call.span is not None else "?"
-    return PlanningConflict(f"device conflict: {err.args[0]} at {loc} ({short_text(call)})", [c])
+    constraints = [ConflictConstraint("conflicting inputs", err.args[0], short_text(call), call.span, [])]
+    message = f"device conflict: {err.args[0]} at {loc} ({short_text(call)})"
+    if err.arg is not None:
+        arg = err.arg
+        devices = [device_text(err.arg_device)] if err.arg_device is not None else []
+        first = f", first on {devices[0]}" if devices else ""
+        constraints.append(
+            ConflictConstraint(
+                "conflicting inputs",
+                "argument used on two devices" + first,
+                short_text(arg),
+                arg.span,
+                devices,
+            )
+        )
+        where = f" at {arg.span.line}:{arg.span.column}" if arg.span is not None else ""
+        message += f": its argument {short_text(arg)}{where} is used on two devices{first}"
+    return PlanningConflict(message, constraints)
 
 
 def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
