@@ -5,6 +5,7 @@ Read and write the text format (`parse_text`, `print_text`) and TVM's JSON
 them (`verify`). No TVM import anywhere in this package.
 """
 
+from . import op_attrs
 from .ast import (
     ANY,
     AnyDim,
@@ -15,8 +16,8 @@ from .ast import (
     Constructor,
     DeviceCopyProps,
     Expr,
-    FuncType,
     Function,
+    FuncType,
     GlobalTypeVar,
     GlobalVar,
     If,
@@ -60,9 +61,8 @@ from .printer import print_text
 from .span import ParseError, RelayError, SourceText, Span, VerifyError
 from .text import parse_text
 from .traverse import children, free_vars, post_order, pre_order, rewrite, with_children
-from .verify import verify
 from .tvm_json import TVMObject, decode_meta_section, encode_meta_section
-from . import op_attrs
+from .verify import verify
 
 
 def load_json(text: str) -> Module:
@@ -80,10 +80,6 @@ def dump_json(module: Module) -> str:
 
 
 __all__ = [
-    "TVMObject",
-    "decode_meta_section",
-    "encode_meta_section",
-    "op_attrs",
     "ANY",
     "AnyDim",
     "Attrs",
@@ -120,6 +116,7 @@ __all__ = [
     "RelayError",
     "SourceText",
     "Span",
+    "TVMObject",
     "Target",
     "TensorType",
     "Tuple",
@@ -133,15 +130,18 @@ __all__ = [
     "VerifyError",
     "VirtualDevice",
     "children",
+    "decode_meta_section",
     "device_copy",
     "device_copy_props",
     "device_type_name",
     "dump_json",
+    "encode_meta_section",
     "free_vars",
     "load_json",
     "on_device",
     "on_device_props",
     "op",
+    "op_attrs",
     "parse_target",
     "parse_text",
     "pattern_vars",
@@ -150,5 +150,6 @@ __all__ = [
     "print_text",
     "rewrite",
     "structural_equal",
+    "verify",
     "with_children",
 ]

@@ -10,8 +10,9 @@ object when nothing changed so unchanged subgraphs stay shared.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import Any
 
 from .device import VirtualDevice
 from .span import SourceText, Span
@@ -32,6 +33,22 @@ class MetaRef:
     index: int
 
 
+_SCALAR_FORMATS: dict[str, str] = {
+    "float16": "<e",
+    "float32": "<f",
+    "float64": "<d",
+    "int8": "<b",
+    "int16": "<h",
+    "int32": "<i",
+    "int64": "<q",
+    "uint8": "<B",
+    "uint16": "<H",
+    "uint32": "<I",
+    "uint64": "<Q",
+    "bool": "<?",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class NDArray:
     """A constant tensor: TVM dtype string, shape and raw little-endian bytes."""
@@ -40,24 +57,9 @@ class NDArray:
     shape: tuple[int, ...]
     data: bytes
 
-    _SCALAR_FORMATS = {
-        "float16": "<e",
-        "float32": "<f",
-        "float64": "<d",
-        "int8": "<b",
-        "int16": "<h",
-        "int32": "<i",
-        "int64": "<q",
-        "uint8": "<B",
-        "uint16": "<H",
-        "uint32": "<I",
-        "uint64": "<Q",
-        "bool": "<?",
-    }
-
     @classmethod
     def scalar(cls, value: Any, dtype: str) -> NDArray:
-        fmt = cls._SCALAR_FORMATS.get(dtype)
+        fmt = _SCALAR_FORMATS.get(dtype)
         if fmt is None:
             raise ValueError(f"no scalar constants of dtype {dtype}")
         return cls(dtype, (), struct.pack(fmt, value))
@@ -68,7 +70,7 @@ class NDArray:
 
     def scalar_value(self) -> Any:
         """The Python value of a 0-d tensor of a plain dtype."""
-        fmt = self._SCALAR_FORMATS[self.dtype]
+        fmt = _SCALAR_FORMATS[self.dtype]
         return struct.unpack(fmt, self.data)[0]
 
     def to_numpy(self) -> Any:
@@ -100,7 +102,7 @@ class AnyDim:
 
 
 ANY = AnyDim()
-Dim = Union[int, IntImm, AnyDim, str]  # str: a symbolic dimension variable
+Dim = int | IntImm | AnyDim | str  # str: a symbolic dimension variable
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,8 +147,10 @@ class _Comparer:
                     op_name = op.name if isinstance(op, A.Op) else None
                     if not _values_equal(_attrs_key(op_name, attrs), _attrs_key(op_name, y.attrs)):
                         return False
-                    if x.type_args and y.type_args and not all(
-                        _types_equal(p, q) for p, q in zip(x.type_args, y.type_args)
+                    if (
+                        x.type_args
+                        and y.type_args
+                        and not all(_types_equal(p, q) for p, q in zip(x.type_args, y.type_args))
                     ):
                         return False
                     stack.extend(reversed(list(zip(args, y.args))))

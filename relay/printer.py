@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import re
 import struct
-from typing import Any, Generator, Iterator
+from collections.abc import Generator
+from typing import Any
 
 from . import ast as A
 from .device import VirtualDevice
@@ -52,11 +53,11 @@ class _Scope:
     """A printed block: its root expression, the lets printed as `let`
     lines (the spine) and the expression that ends the block."""
 
-    __slots__ = ("parent", "depth", "root", "spine", "result")
+    __slots__ = ("depth", "parent", "result", "root", "spine")
 
     def __init__(self, parent: _Scope | None, root: A.Expr) -> None:
         self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.root = root
         self.spine: list[A.Let] = []
         self.result: A.Expr = root
@@ -302,9 +303,7 @@ class _Printer:
                 then_scope, else_scope = self.inner[id(node)]
                 then_lines = yield self._block(then_scope)
                 else_lines = yield self._block(else_scope)
-                return (
-                    f"if ({cond}) {{\n{_indent(then_lines)}\n}} else {{\n{_indent(else_lines)}\n}}"
-                )
+                return f"if ({cond}) {{\n{_indent(then_lines)}\n}} else {{\n{_indent(else_lines)}\n}}"
             case A.Match(data=data, clauses=clauses, complete=complete):
                 head = yield self._ref(data, scope)
                 out = [f"{'match' if complete else 'match?'} ({head}) {{"]
@@ -514,8 +513,7 @@ def _double_literal(value: float) -> str:
     if math.isnan(value):
         return "nan"
     text = repr(value)
-    if text.endswith(".0"):
-        text = text[:-2]
+    text = text.removesuffix(".0")
     return text
 
 
@@ -559,7 +557,3 @@ def _non_default_fields(op_name: str, attrs: A.Attrs) -> tuple[tuple[str, Any], 
     except ImportError:
         return attrs.fields
     return non_default_fields(op_name, attrs)
-
-
-def iter_lines(text: str) -> Iterator[str]:
-    yield from text.splitlines()

@@ -41,7 +41,8 @@ from __future__ import annotations
 import bisect
 import re
 import sys
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from . import ast as A
 from .device import VirtualDevice
@@ -83,11 +84,35 @@ _TOKEN_RE = re.compile(
 _META_RE = re.compile(r"meta\s*\[\s*([A-Za-z_][\w.]*)\s*\]\s*\[\s*(\d+)\s*\]")
 _METADATA_RE = re.compile(r"^[ \t]*#\[metadata\][ \t]*\r?$", re.MULTILINE)
 _KEYWORDS = frozenset(
-    {"def", "fn", "let", "if", "else", "match", "type", "extern", "free_var", "ref", "ref_read", "ref_write", "True", "False"}
+    {
+        "def",
+        "fn",
+        "let",
+        "if",
+        "else",
+        "match",
+        "type",
+        "extern",
+        "free_var",
+        "ref",
+        "ref_read",
+        "ref_write",
+        "True",
+        "False",
+    }
 )
 _DTYPE_RE = re.compile(r"(?:u?int|float|bfloat|bool)\d*(?:x\d+)?$")
-_INT_SUFFIX = {"": "int32", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-               "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64"}
+_INT_SUFFIX = {
+    "": "int32",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+}
 _FLOAT_SUFFIX = {"": "float32", "f": "float32", "f16": "float16", "f32": "float32", "f64": "float64"}
 
 # Token kinds after classification.
@@ -125,7 +150,7 @@ def _split_metadata(text: str, source: SourceText) -> tuple[str, dict[str, list[
     if match is None:
         return text, {}, False
     head = text[: match.start()]
-    body = text[match.end():]
+    body = text[match.end() :]
     from .tvm_json import decode_meta_section
 
     try:
@@ -139,7 +164,9 @@ def _split_metadata(text: str, source: SourceText) -> tuple[str, dict[str, list[
 class _Parser:
     """Recursive descent over a token list; see the module docstring's grammar."""
 
-    def __init__(self, source: SourceText, text: str, tables: dict[str, list[Any]], has_section: bool) -> None:
+    def __init__(
+        self, source: SourceText, text: str, tables: dict[str, list[Any]], has_section: bool
+    ) -> None:
         self.source = source
         self.text = text
         self.tables = tables
@@ -169,7 +196,7 @@ class _Parser:
         kinds, values, starts = self.kinds, self.values, self.starts
         keywords = _KEYWORDS
         for m in _TOKEN_RE.finditer(self.text):
-            group = m.lastgroup
+            group: str = m.lastgroup  # type: ignore[assignment]  # every alternative is a named group
             if group == "end":
                 break
             kind = group
@@ -188,7 +215,7 @@ class _Parser:
                 self._fail_at(m.start(group), "unterminated string literal")
             elif kind == "error":
                 self._fail_at(m.start(group), f"unexpected character {value!r}")
-            kinds.append(kind)  # type: ignore[arg-type]
+            kinds.append(kind)
             values.append(value)
             starts.append(m.start(group))
         kinds.append(EOF)
@@ -216,7 +243,9 @@ class _Parser:
         return Span(self.source, line, col, end_line, end_col)
 
     def _fail_at(self, offset: int, message: str) -> NoReturn:
-        self.line_starts = getattr(self, "line_starts", None) or [0] + [m.end() for m in re.finditer("\n", self.text)]
+        self.line_starts = getattr(self, "line_starts", None) or [0] + [
+            m.end() for m in re.finditer("\n", self.text)
+        ]
         line, col = self._line_col(offset)
         raise ParseError(message, Span(self.source, line, col, line, col + 1))
 
@@ -268,7 +297,9 @@ class _Parser:
         self.env.setdefault(name, []).append(var)
         self.frames[-1].append(name)
 
-    def _separated(self, close: str, item: Callable[[], Any], stop: Callable[[], bool] | None = None) -> list[Any]:
+    def _separated(
+        self, close: str, item: Callable[[], Any], stop: Callable[[], bool] | None = None
+    ) -> list[Any]:
         """Items separated by commas up to `close` (consumed); trailing comma allowed."""
         items: list[Any] = []
         while not self.accept(close):
@@ -287,7 +318,9 @@ class _Parser:
         if self.peek() == "version":
             version = self.values[self.pos]
             if '"0.0.5"' not in version:
-                self._fail(f"unsupported text format version {version[version.index('=') + 1:-1].strip()}; expected \"0.0.5\"")
+                self._fail(
+                    f'unsupported text format version {version[version.index("=") + 1 : -1].strip()}; expected "0.0.5"'
+                )
             self.pos += 1
         functions: list[tuple[A.GlobalVar, A.Function]] = []
         type_defs: list[A.TypeData] = []
@@ -341,6 +374,7 @@ class _Parser:
                 type_vars = self._separated("]", self._bind_type_var)
             ctors: list[A.Constructor] = []
             if self.accept("{"):
+
                 def ctor() -> A.Constructor:
                     index = self.pos
                     cname = self.expect("ident", "a constructor name")
@@ -407,7 +441,13 @@ class _Parser:
             else:
                 rest.append((key, value))
         return A.Function(
-            tuple(params), body, ret_type, tuple(type_params), tuple(rest), device, span=self._span_from(start)
+            tuple(params),
+            body,
+            ret_type,
+            tuple(type_params),
+            tuple(rest),
+            device,
+            span=self._span_from(start),
         )
 
     def _device_value(self, value: Any, index: int) -> VirtualDevice | A.MetaRef:
@@ -554,13 +594,13 @@ class _Parser:
                         break
                 else:
                     head = self.type_names.get(name) or A.GlobalTypeVar(name, span=self._span_from(start))
-                    self.type_names.setdefault(name, head)  # type: ignore[arg-type]
-                args: list[A.Type] = []
+                    self.type_names.setdefault(name, head)
+                type_args: list[A.Type] = []
                 if self.accept("["):
-                    args = self._separated("]", self._type)
+                    type_args = self._separated("]", self._type)
                 elif isinstance(head, A.TypeVar):
                     return head
-                return A.TypeCall(head, tuple(args), span=self._span_from(start))
+                return A.TypeCall(head, tuple(type_args), span=self._span_from(start))
         finally:
             self._leave()
         self._fail(f"expected a type, found {self._describe(start)}")
@@ -775,7 +815,7 @@ class _Parser:
                 expr = self.constants.get(found_meta.index) or A.Constant(
                     None, found_meta.index, span=self._span_from(start)
                 )
-                self.constants[found_meta.index] = expr  # type: ignore[assignment]
+                self.constants[found_meta.index] = expr
             elif isinstance(found_meta, A.Expr):
                 expr = found_meta
             else:

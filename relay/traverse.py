@@ -8,7 +8,7 @@ that walks expressions goes through `children`, `post_order` or `rewrite`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .ast import (
     Call,
@@ -82,7 +82,8 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
             return dataclasses.replace(expr, cond=new[0], true_branch=new[1], false_branch=new[2])
         case Match():
             clauses = tuple(
-                c if c.rhs is rhs else Clause(c.lhs, rhs, span=c.span) for c, rhs in zip(expr.clauses, new[1:])
+                c if c.rhs is rhs else Clause(c.lhs, rhs, span=c.span)
+                for c, rhs in zip(expr.clauses, new[1:])
             )
             return dataclasses.replace(expr, data=new[0], clauses=clauses)
         case RefCreate():

@@ -66,7 +66,9 @@ class _Verifier:
             if isinstance(node, A.Var):
                 if in_scope.get(id(node), 0) <= 0:
                     if id(node) in bound_ever:
-                        raise VerifyError(f"variable %{node.name} is used outside the scope that binds it", node.span)
+                        raise VerifyError(
+                            f"variable %{node.name} is used outside the scope that binds it", node.span
+                        )
                     if not free_ok:
                         raise VerifyError(f"unbound variable %{node.name}", node.span)
                     free.add(id(node))
@@ -123,8 +125,14 @@ class _Verifier:
                     raise VerifyError(
                         f"function takes {len(callee.params)} arguments, given {len(args)}", node.span
                     )
-                if isinstance(callee, A.Op) and callee.name in (A.ON_DEVICE, A.DEVICE_COPY) and len(args) != 1:
-                    raise VerifyError(f"{callee.name} takes exactly one argument, given {len(args)}", node.span)
+                if (
+                    isinstance(callee, A.Op)
+                    and callee.name in (A.ON_DEVICE, A.DEVICE_COPY)
+                    and len(args) != 1
+                ):
+                    raise VerifyError(
+                        f"{callee.name} takes exactly one argument, given {len(args)}", node.span
+                    )
                 if attrs is not None:
                     for _, value in attrs.fields:
                         self.meta_value(value, node)
