@@ -52,6 +52,7 @@ async def _load(
     import httpx
 
     latencies: list[float] = []
+    worker_ms: list[float] = []  # parse + plan + print inside the worker, from the response
     errors: dict[str, int] = {}
     started = 0
     stop_at = time.perf_counter() + duration_s
@@ -69,6 +70,7 @@ async def _load(
                 ok, key = False, type(err).__name__
             if ok:
                 latencies.append(time.perf_counter() - t0)
+                worker_ms.append(sum(r.json()["solver"]["time_ms"].values()))
             else:
                 errors[key] = errors.get(key, 0) + 1
 
@@ -77,7 +79,7 @@ async def _load(
         t_start = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         wall = time.perf_counter() - t_start
-    return {"latencies": latencies, "errors": errors, "wall_s": wall}
+    return {"latencies": latencies, "worker_ms": worker_ms, "errors": errors, "wall_s": wall}
 
 
 def _loadgen_main(
@@ -185,12 +187,15 @@ def main() -> int:
         import httpx
 
         ready = httpx.get(url + "/readyz", timeout=30).json()
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(
-            f"server {url}, pool {ready.get('pool')}, {os.cpu_count()} CPUs, duration {args.duration} s per cell\n"
+            f"server {url}, pool {ready.get('pool')}, {os.cpu_count()} CPUs, "
+            f"load average {load:.1f} at start, {args.duration} s per cell\n"
         )
         print("| module | concurrency | requests | req/s | p50 ms | p99 ms | errors |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
         small_p50_c1 = None
+        small_worker_c1 = None
         for name, module in modules.items():
             body = {"module": module}
             run_load(url, body, 2, 1.0, 4)  # warm-up (worker caches, connections)
@@ -202,19 +207,26 @@ def main() -> int:
                 p50 = percentile(lat, 50)
                 if name.startswith("small") and c == 1:
                     small_p50_c1 = p50
+                    small_worker_c1 = percentile(res["worker_ms"], 50)
                 print(
                     f"| {name} | {c} | {len(lat)} | {rps:.1f} | {p50:.1f} | {percentile(lat, 99):.1f} | {errors} |",
                     flush=True,
                 )
         full_ms, plan_ms = direct_ms(PLAIN, 100)
         print()
-        print("| small module, median of 100 | ms |")
+        print("| small module | ms |")
         print("| --- | ---: |")
-        print(f"| direct solver.plan | {plan_ms:.2f} |")
-        print(f"| direct parse + plan + print (what a worker does) | {full_ms:.2f} |")
-        if small_p50_c1 is not None:
-            print(f"| HTTP POST /plan p50 at concurrency 1 | {small_p50_c1:.2f} |")
-            print(f"| HTTP overhead over direct solver.plan | {small_p50_c1 - plan_ms:.2f} |")
+        print(f"| direct solver.plan in this process, median of 100 | {plan_ms:.2f} |")
+        print(f"| direct parse + plan + print in this process, median of 100 | {full_ms:.2f} |")
+        if small_p50_c1 is not None and small_worker_c1 is not None:
+            print(f"| POST /plan p50 at concurrency 1 (client side) | {small_p50_c1:.2f} |")
+            print(
+                f"| parse + plan + print inside the worker, p50 of the same requests | {small_worker_c1:.2f} |"
+            )
+            print(
+                f"| HTTP + JSON + worker hop (difference of the two above) | {small_p50_c1 - small_worker_c1:.2f} |"
+            )
+            print(f"| POST /plan p50 minus direct solver.plan | {small_p50_c1 - plan_ms:.2f} |")
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
