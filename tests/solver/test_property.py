@@ -159,5 +159,10 @@ def test_random_scoped_programs_plan_or_conflict(text: str) -> None:
     relay.verify(result.module)
     for _, src, dst in result.copies:
         assert src != dst
-    # The output is a consistent plan: planning it again succeeds.
-    solver.plan(relay.parse_text(relay.print_text(result.module)), solver.PlanConfig())
+    # The output is a consistent plan: planning it again succeeds (up to TVM's
+    # conflicting-inputs limitation, see above).
+    printed = relay.print_text(result.module)
+    try:
+        solver.plan(relay.parse_text(printed), solver.PlanConfig())
+    except solver.PlanningConflict:
+        assert _has_cross_device_function(result.module), printed
