@@ -67,6 +67,7 @@ class PlanJob:
     output_format: Format = "text"
     explain: bool = False
     name: str = "<request>"
+    request_id: str | None = None  # for the worker's log lines
 
 
 @dataclass(frozen=True, slots=True)

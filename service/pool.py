@@ -45,7 +45,7 @@ def _timeout_result(job: PlanJob) -> dict[str, Any]:
 def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
     """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and kills us
-    from service.logs import configure
+    from service.logs import configure, reset_request_id, set_request_id
 
     configure(log_level)
     # Warm up (imports, Z3's first context) so the first real plan pays no start-up;
@@ -59,7 +59,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
             return
         if job is None:
             return
-        conn.send(run_plan_safely(job))
+        token = set_request_id(job.request_id)
+        try:
+            result = run_plan_safely(job)
+        finally:
+            reset_request_id(token)
+        conn.send(result)
 
 
 class _Worker:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.examples import PLAN_EXAMPLES
+from service.logs import current_request_id
 from service.models import PlanRequest, PlanResponse, constraint_to_plain, spec_to_plain
 from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
 from service.pool import PoolBusy
@@ -77,6 +78,7 @@ async def plan(
         output_format=request.output_format,
         explain=request.explain,
         name="<request>",
+        request_id=current_request_id(),
     )
     metrics.in_flight.inc()
     try:
