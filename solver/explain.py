@@ -171,6 +171,10 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
             f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints
         )
     _, path, p_pin, q_pin = best
+    if _names_parameter(ds, q_pin) and not _names_parameter(ds, p_pin):
+        # Name the callee's parameter first: "parameter %x of @f is on cpu but the call passes ..."
+        p_pin, q_pin = q_pin, p_pin
+        path = [(b, a, c) for a, b, c in reversed(path)]
     facts: list[tuple[int, _Fact]] = [
         (p_pin[2], ("pin", p_pin[0], p_pin[3])),
         (q_pin[2], ("pin", q_pin[0], q_pin[3])),
@@ -315,12 +319,6 @@ def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[i
     """`X is on cpu (annotation at 4:7) but the call at 9:3 passes Y on cuda (...)`."""
     owners = ds.param_owner
     p_tag, q_tag = ds.tags[p_pin[2]], ds.tags[q_pin[2]]
-    if _subject(q_tag.kind, q_tag.expr, q_tag.detail, owners).startswith("parameter") and not _subject(
-        p_tag.kind, p_tag.expr, p_tag.detail, owners
-    ).startswith("parameter"):
-        # Name the callee's parameter first: "parameter %x of @f is on cpu but the call passes ..."
-        p_pin, q_pin = q_pin, p_pin
-        p_tag, q_tag = q_tag, p_tag
     first = (
         f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail, owners)} is on {device_text(p_pin[1])} "
         f"({p_tag.kind} at {_loc(ds, p_pin[2])})"
@@ -343,6 +341,11 @@ def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[i
         if len(links) > 6:
             via += f" (and {len(links) - 6} more)"
     return f"device conflict: {first} but {second}{via}"
+
+
+def _names_parameter(ds: DomainSystem, pin: _PinInfo) -> bool:
+    tag = ds.tags[pin[2]]
+    return _subject(tag.kind, tag.expr, tag.detail, ds.param_owner).startswith("parameter")
 
 
 def _subject(kind: str, expr: Expr | None, detail: str, owners: dict[int, str] | None = None) -> str:

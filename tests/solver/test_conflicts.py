@@ -86,9 +86,13 @@ def test_function_called_on_two_devices() -> None:
 
 def test_parameter_attribute_against_annotation() -> None:
     err = _conflict(PARAM_VS_ANNOTATION)
-    assert _summary(err) == [("annotation", 4, 8), ("operator", 3, 8), ("parameter attribute", 2, 11)]
-    assert "parameter %x" in err.message and "2:11" in err.message and "4:8" in err.message
-    assert err.constraints[0].expr_text.startswith("on_device(")
+    # Listed in the order the message tells it: the parameter first.
+    assert _summary(err) == [("parameter attribute", 2, 11), ("operator", 3, 8), ("annotation", 4, 8)]
+    assert err.message.startswith(
+        "device conflict: parameter %x of @main is on cpu (parameter attribute at 2:11)"
+    )
+    assert "4:8" in err.message
+    assert err.constraints[-1].expr_text.startswith("on_device(")
 
 
 def test_host_operator_against_annotation() -> None:
