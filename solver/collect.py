@@ -44,6 +44,10 @@ _FREE = VirtualDevice.unconstrained()
 # Parameter/result slots of special operators: "same" (one shared free
 # first-order domain), "host" (the host device), "free" (a fresh free domain of
 # the argument's shape), ("attr", name) (the device in that call attribute).
+# As in TVM 0.19 only `vm.shape_of` is special; the plain `shape_of` operator is
+# device-polymorphic like any other (its result shares its argument's device).
+# Every other operator: arguments and result share one first-order domain.
+# `on_device` and `device_copy` are handled in `_make_callee_domain`.
 OPERATOR_SIGNATURES: dict[str, tuple[Any, ...]] = {
     "memory.alloc_storage": ("host", "host", "host", ("attr", "virtual_device")),
     "memory.alloc_tensor": ("same", "host", "host", "same"),
