@@ -13,7 +13,7 @@ import relay
 import tvm_bridge
 from relay import ast
 
-from .helpers import CPU0, CPU1, compile_and_run, load_corpus, retarget
+from .helpers import CORPUS, CPU0, CPU1, compile_and_run, load_corpus, retarget
 
 HEADER = '#[version = "0.0.5"]\n'
 T = "Tensor[(2, 3), float32]"
@@ -213,3 +213,25 @@ def test_random_planned_program_on_two_cpus_matches_unplanned() -> None:
     for cond in (True, False):
         inputs[1] = np.array(cond)
         np.testing.assert_allclose(compile_and_run(two, inputs), compile_and_run(bare, inputs), rtol=1e-6)
+
+
+RANDOM = sorted(p.name for p in (CORPUS / "random").glob("*.planned.relay")) if CORPUS.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RANDOM)
+def test_every_random_planned_program_lowers_or_is_unsupported(name: str) -> None:
+    """TVM's plans of the random programs, cuda mapped to cpu:1: each either
+    raises UnsupportedConstruct/UnsupportedOperator or computes what the
+    program without annotations computes."""
+    module = load_corpus(f"random/{name}")
+    try:
+        lowered = tvm_bridge.to_relax(retarget(module, {1: CPU0, 2: CPU1}))
+    except (tvm_bridge.UnsupportedConstruct, tvm_bridge.UnsupportedOperator):
+        return
+    from tvm_bridge.check import max_abs_error, random_inputs
+
+    inputs = random_inputs(module["main"])
+    result = tvm_bridge.run(tvm_bridge.compile(lowered), inputs)
+    expected = compile_and_run(retarget(module, None), inputs)
+    assert max_abs_error(result, expected) <= 1e-5
