@@ -93,7 +93,6 @@ class _Lowerer:
         self.bb = relax.BlockBuilder()
         self.vdevices: dict[tuple[Any, ...], VDeviceInfo] = {}
         self.global_vars: dict[str, relax.GlobalVar] = {}
-        self.global_params: dict[str, list[VDeviceInfo | None]] = {}
         self.inlining: set[int] = set()
         self._target_cache: dict[int, dict[str, Any]] = {}
 
@@ -277,14 +276,11 @@ class _Lowerer:
         )
         params = []
         memo: Memo = ChainMap()
-        devices: list[VDeviceInfo | None] = []
         for p in func.params:
             vdev = self.vdevice(p.virtual_device, p.span) if p.virtual_device is not None else result_device
             rv = relax.Var(p.name, self.relax_type(p.type_annotation, vdev, p.span))
             memo[id(p)] = rv
             params.append(rv)
-            devices.append(vdev)
-        self.global_params[name] = devices
         use_dataflow = not any(isinstance(n, If) for n in pre_order(func.body))
         with self.bb.function(name, params):
             if use_dataflow:

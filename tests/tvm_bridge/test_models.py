@@ -174,3 +174,12 @@ def test_corpus_present() -> None:
     if not CORPUS.exists():
         pytest.skip("corpus not found")
     assert (CORPUS / "resnet18.relay").exists()
+
+
+def test_unplanned_module_compiles_for_one_cuda_target() -> None:
+    module = load_corpus("mlp.relay")
+    compiled = tvm_bridge.compile(tvm_bridge.to_relax(module), target="cuda -arch=sm_80")
+    assert compiled.cuda_arch == "sm_80"
+    assert [d.dlpack_device_type() for d in compiled.devices] == [2]
+    if __import__("shutil").which("nvcc"):
+        assert tvm_bridge.nvcc_check(compiled)["kernels_bytes"] > 0
