@@ -236,10 +236,18 @@ class Collector:
             if key in seen:
                 continue
             seen.add(key)
-            rule = rules.get(type(node))
+            t = type(node)
+            if t is Call:
+                self._call(node)  # type: ignore[arg-type]
+                stack.append(node.op)  # type: ignore[attr-defined]
+                stack.extend(node.args)  # type: ignore[attr-defined]
+                continue
+            if t is Var or t is Op or t is GlobalVar:
+                continue
+            rule = rules.get(t)
             if rule is not None:
                 rule(self, node)
-            if isinstance(node, Function) and node.is_primitive:
+            if t is Function and node.is_primitive:  # type: ignore[attr-defined]
                 continue
             for kid in children(node):
                 if id(kid) not in seen:
