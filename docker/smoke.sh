@@ -316,7 +316,7 @@ for variant in $VARIANTS; do
         pid=$!
         for ((i = 0; i < 100; i++)); do [[ -e ${client%.json}.sent ]] && break; sleep 0.1; done
         [[ -e ${client%.json}.sent ]] || { echo "the in-flight request was not sent"; return 1; }
-        sleep 0.5
+        sleep 0.2
         t0=$(date +%s.%N)
         podman stop --time "$STOP_TIMEOUT" "$CONTAINER" 2>"$stop_log"
         took=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)")
@@ -334,6 +334,8 @@ for variant in $VARIANTS; do
         [[ $code == 0 || $code == 143 ]] || { echo "unexpected exit code $code"; return 1; }
         python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(not (r['status'] == 200 and r['expressions'] > r['n']))" "$client" \
             || { echo "the in-flight request did not complete"; return 1; }
+        python3 -c "import json, sys; sys.exit(not json.load(open(sys.argv[1]))['done_at'] > float(sys.argv[2]))" "$client" "$t0" \
+            || { echo "the request was answered before the stop began: nothing was in flight (make it slower)"; return 1; }
         echo "$code" >"$WORK/exit-$variant"
         echo "exit $code, stop ${took}s, in-flight plan answered 200 after $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['seconds'])" "$client")s" >"$WORK/stop-note-$variant"
     }

@@ -149,11 +149,12 @@ def chain_module(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inflight(base: str, out: Path, n: int = 30_000) -> int:
+def inflight(base: str, out: Path, n: int = 60_000) -> int:
     """Send a slow /plan, mark OUT.sent once the whole request is on the wire, then wait for the answer.
 
     The caller stops the container after OUT.sent appears; a graceful server still answers this request
-    (200 with the full plan) before it exits. OUT gets {status, seconds, expressions}.
+    (200 with the full plan) before it exits. OUT gets {status, seconds, expressions, done_at}; done_at
+    (Unix time of the answer) lets the caller check the answer came after it sent the stop.
     """
     url = urlsplit(base)
     body = json.dumps({"module": chain_module(n), "timeout_ms": 120_000}).encode()
@@ -174,6 +175,7 @@ def inflight(base: str, out: Path, n: int = 30_000) -> int:
         result["status"] = None
         result["error"] = f"{type(err).__name__}: {err}"
     result["seconds"] = round(time.perf_counter() - t0, 2)
+    result["done_at"] = time.time()
     result["n"] = n
     out.write_text(json.dumps(result) + "\n")
     return 0
