@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     graceful_timeout_s: int = Field(
         10, ge=0, description="On SIGTERM, how long uvicorn waits for in-flight requests before closing them."
     )
+    compile_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="POST /compile: each compile runs in its own process, killed past this (504).",
+    )
+    compile_workers: int = Field(
+        1, ge=1, description="POST /compile: compiles that may run at the same time."
+    )
     artifact_dir: Path = Field(
         Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
     )

@@ -31,7 +31,7 @@ reproducing TVM's `PlanDevices`, solved with Z3. Conflicting constraints are
 explained with source locations.
 
 Errors are `application/problem+json` (RFC 9457); `type` is one of:
-""" + "\n".join(f"- `{k.type}` ({k.status}): {k.title}" for k in ALL_KINDS)
+""" + "\n".join(f"- `{k.type}` ({k.status}): {k.title}" for k in (*ALL_KINDS, *compile_routes.COMPILE_KINDS))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
 
     app.include_router(plan.router)
-    app.include_router(compile_routes.router)
+    app.include_router(compile_routes.compile_router)  # TVM is imported only inside its worker
     app.include_router(health.router)
     app.include_router(meta.router)
     app.include_router(docs.router)

@@ -106,7 +106,14 @@ def start_server(
 
     port = find_free_port()
     env = dict(os.environ)
-    env.update({"DEVPLAN_HOST": "127.0.0.1", "DEVPLAN_PORT": str(port), "DEVPLAN_LOG_LEVEL": "info"})
+    env.update(
+        {
+            "DEVPLAN_HOST": "127.0.0.1",
+            "DEVPLAN_PORT": str(port),
+            "DEVPLAN_LOG_LEVEL": "info",
+            "DEVPLAN_ARTIFACT_DIR": str(log_path.parent / "artifacts"),
+        }
+    )
     env.update(env_overrides or {})
     with open(log_path, "wb") as log_file:  # the child keeps its own descriptor
         process = subprocess.Popen(

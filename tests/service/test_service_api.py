@@ -217,9 +217,8 @@ def test_time_limit_is_504_and_the_pool_recovers(client: Any, slow_module: str) 
     body = assert_problem(
         client.post("/plan", json={"module": slow_module, "timeout_ms": 1}), 504, "solver-timeout"
     )
-    assert time.perf_counter() - start < 1.0, (
-        "the worker is stopped at the deadline, not at the end of the plan"
-    )
+    # The whole plan takes seconds; the worker is stopped at its deadline (0.2 s here).
+    assert time.perf_counter() - start < 2.0
     assert "1 ms" in body["detail"]
     # The killed worker is replaced: both slots plan again.
     statuses = [client.post("/plan", json=example("plain")).status_code for _ in range(4)]
@@ -389,7 +388,7 @@ def test_docs_page_is_self_contained(client: Any) -> None:
 def test_openapi_json_has_stable_operation_ids(client: Any) -> None:
     schema = client.get("/openapi.json").json()
     ops = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
-    assert ops == {"plan", "healthz", "readyz", "version", "metrics"}
+    assert ops == {"plan", "compile", "get_artifact", "healthz", "readyz", "version", "metrics"}
     plan = schema["paths"]["/plan"]["post"]
     examples = plan["requestBody"]["content"]["application/json"]["examples"]
     assert set(examples) == {"plain", "cpu_annotation", "conflict"}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -246,10 +245,8 @@ def test_conflict_explanation_printed_with_or_without_explain(capsys: Any, write
 
 def test_timeout_exits_4(capsys: Any, write: Any, slow_module: str) -> None:
     path = write("chain.relay", slow_module)
-    start = time.perf_counter()
     code, out, err = run_cli(capsys, "plan", path, "--timeout-ms", "1")
     assert code == 4, err
-    assert time.perf_counter() - start < 1.5
     assert out == ""
     assert "time limit of 1 ms" in err
 

@@ -140,26 +140,26 @@ def test_swagger_ui_renders_offline_and_executes_an_example(browser: DevTools, s
 
     # Open POST /plan; "Try it out" is on by default, the first worked example is loaded.
     browser.evaluate(
-        "(document.querySelector('.opblock-post .opblock-summary-control')"
-        " || document.querySelector('.opblock-post .opblock-summary')).click()"
+        "(document.querySelector('#operations-plan-plan .opblock-summary-control')"
+        " || document.querySelector('#operations-plan-plan .opblock-summary')).click()"
     )
-    browser.wait_for("document.querySelector('.opblock-post .btn.execute') !== null")
+    browser.wait_for("document.querySelector('#operations-plan-plan .btn.execute') !== null")
     example_names = browser.wait_for(
-        "Array.from(document.querySelectorAll('.opblock-post .examples-select option')).map(o => o.textContent)"
+        "Array.from(document.querySelectorAll('#operations-plan-plan .examples-select option')).map(o => o.textContent)"
     )
     assert len(example_names) == 3, example_names
-    body = browser.evaluate("document.querySelector('.opblock-post textarea.body-param__text').value")
+    body = browser.evaluate("document.querySelector('#operations-plan-plan textarea.body-param__text').value")
     assert '"module"' in body and "def @main" in body
 
-    browser.evaluate("document.querySelector('.opblock-post .btn.execute').click()")
+    browser.evaluate("document.querySelector('#operations-plan-plan .btn.execute').click()")
     status = browser.wait_for(
-        "(() => { const c = document.querySelector('.opblock-post .live-responses-table tr.response .response-col_status');"
+        "(() => { const c = document.querySelector('#operations-plan-plan .live-responses-table tr.response .response-col_status');"
         " return c ? c.textContent.trim() : null; })()",
         timeout_s=60,
     )
     assert status.startswith("200"), status
     response_text = browser.evaluate(
-        "document.querySelector('.opblock-post .live-responses-table tr.response .response-col_description').textContent"
+        "document.querySelector('#operations-plan-plan .live-responses-table tr.response .response-col_description').textContent"
     )
     assert "virtual_device" in response_text and "expressions_by_device" in response_text
 

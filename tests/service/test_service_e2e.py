@@ -101,7 +101,20 @@ def _schemathesis_schema() -> Any:
     return schemathesis.openapi.from_path(ROOT / "openapi.yaml")
 
 
+def _compile_schema() -> Any:
+    """/compile only, without the coverage phase: every valid request is a real TVM compile,
+    and the coverage phase derives dozens of variants of the worked example."""
+    import schemathesis
+    from schemathesis.config import SchemathesisConfig
+
+    config = SchemathesisConfig.from_dict({"phases": {"coverage": {"enabled": False}}})
+    return schemathesis.openapi.from_path(ROOT / "openapi.yaml", config=config).include(
+        operation_id="compile"
+    )
+
+
 schema = _schemathesis_schema()
+compile_schema = _compile_schema()
 
 
 def no_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
@@ -114,9 +127,12 @@ def no_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-@schema.parametrize()
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-def test_openapi_contract(case: Any, server: Any) -> None:
+CONTRACT_CHECKS_DOC = (
+    "status code, content type, response schema and headers conform; invalid data is rejected"
+)
+
+
+def _validate(case: Any, server: Any) -> None:
     from schemathesis.checks import (
         content_type_conformance,
         negative_data_rejection,
@@ -135,8 +151,24 @@ def test_openapi_contract(case: Any, server: Any) -> None:
             response_headers_conformance,
             negative_data_rejection,
         ],
-        timeout=120,
+        timeout=600,
     )
+
+
+@schema.exclude(operation_id="compile").parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_openapi_contract(case: Any, server: Any) -> None:
+    """Every operation but /compile, 30 examples each: """ + CONTRACT_CHECKS_DOC
+    _validate(case, server)
+
+
+@pytest.mark.slow
+@pytest.mark.tvm
+@compile_schema.parametrize()
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+def test_openapi_contract_compile(case: Any, server: Any) -> None:
+    """POST /compile (each valid request is a real TVM compile, hence slow): """ + CONTRACT_CHECKS_DOC
+    _validate(case, server)
 
 
 # --------------------------------------------------------------------------
