@@ -144,6 +144,9 @@ def direct_ms(module: str, repeat: int) -> tuple[float, float]:
     import solver
     from service.planning import PlanJob, run_plan
 
+    from service.pool import tune_malloc
+
+    tune_malloc()  # as in the service's workers, so both sides allocate alike
     job = PlanJob(module=module)
     parsed = relay.parse_text(module)
     config = solver.PlanConfig()
@@ -169,6 +172,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per cell (default 8)")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated levels (default 1,8,32)")
     parser.add_argument("--pool-size", type=int, help="DEVPLAN_POOL_SIZE for the started server")
+    parser.add_argument("--only", choices=("small", "resnet-50"), help="benchmark one module only")
     args = parser.parse_args()
 
     from service.examples import PLAIN
@@ -180,6 +184,8 @@ def main() -> int:
     else:
         print(f"note: {resnet} not found; resnet-50 skipped", file=sys.stderr)
 
+    if args.only:
+        modules = {k: v for k, v in modules.items() if k.startswith(args.only)}
     proc = None
     url = args.url
     if url is None:

@@ -42,7 +42,7 @@ def _timeout_result(job: PlanJob) -> dict[str, Any]:
     return {"error": timeout_failure(job.timeout_ms).as_dict()}
 
 
-def _tune_malloc() -> None:
+def tune_malloc() -> None:
     """Keep glibc from handing big blocks back to the kernel after every plan.
 
     Each plan creates and frees a Z3 context (several MB). With glibc's default
@@ -67,7 +67,7 @@ def _tune_malloc() -> None:
 def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
     """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and kills us
-    _tune_malloc()
+    tune_malloc()
     from service.logs import configure, reset_request_id, set_request_id
 
     configure(log_level)
