@@ -143,7 +143,6 @@ def direct_ms(module: str, repeat: int) -> tuple[float, float]:
     import relay
     import solver
     from service.planning import PlanJob, run_plan
-
     from service.pool import tune_malloc
 
     tune_malloc()  # as in the service's workers, so both sides allocate alike
