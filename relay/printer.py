@@ -74,6 +74,9 @@ def _lca(a: _Scope, b: _Scope) -> _Scope:
     return a
 
 
+_OPENS_BLOCKS = (A.Function, A.If, A.Match, A.Let)
+
+
 def _is_atomic(expr: A.Expr) -> bool:
     return isinstance(expr, (A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant))
 
@@ -91,6 +94,7 @@ class _Printer:
         self.let_blocks: set[int] = set()  # lets printed as `( let ...; body )`
         self.inner: dict[int, list[_Scope]] = {}  # scopes opened by fn / if / match / let block
         self.refcount: dict[int, int] = {}
+        self.kids: dict[int, tuple[A.Expr, ...]] = {}
         self.emitted: set[int] = set()
 
     # ---------------------------------------------------------------- module
@@ -145,8 +149,10 @@ class _Printer:
         Returns the block of `body` itself."""
         nodes = post_order(body)
         refcount = self.refcount
+        kids_of = self.kids
         for node in nodes:
-            for kid in children(node):
+            kids = kids_of[id(node)] = children(node)
+            for kid in kids:
                 refcount[id(kid)] = refcount.get(id(kid), 0) + 1
         refcount[id(body)] = refcount.get(id(body), 0) + 1
         top = self._open(parent, body, None)
@@ -176,7 +182,7 @@ class _Printer:
                     self.inner[key] = [block]
                     self._use(value, block)
                 case _:
-                    for kid in children(node):
+                    for kid in kids_of[key]:
                         self._use(kid, here)
         return top
 
@@ -231,7 +237,10 @@ class _Printer:
                     if key in self.spine_of and key not in self.let_blocks:
                         continue
                     self.emitted.add(key)
-                    text = yield self._render(node, scope)
+                    if isinstance(node, _OPENS_BLOCKS):
+                        text = yield self._render(node, scope)
+                    else:
+                        text = self._render_simple(node)
                     lines.append(f"{self._graph_name(node)} = {text};")
                 continue
             if key in visiting or key in self.emitted or _is_atomic(node):
@@ -244,7 +253,7 @@ class _Printer:
                 continue  # bound by an enclosing block already
             visiting.add(key)
             stack.append((node, True))
-            for kid in reversed(children(node)):
+            for kid in reversed(self.kids[key]):
                 stack.append((kid, False))
 
     def _ref(self, node: A.Expr, scope: _Scope, *, inline: bool = False) -> Generator[Any, Any, str]:
@@ -257,7 +266,7 @@ class _Printer:
             return name
         if not inline:
             raise AssertionError(f"{type(node).__name__} used before its binding was printed")
-        text: str = yield self._render(node, scope)
+        text: str = yield self._text(node, scope)
         return text
 
     def _graph_name(self, node: A.Expr) -> str:
@@ -268,44 +277,59 @@ class _Printer:
 
     # ---------------------------------------------------------------- nodes
 
-    def _render(self, node: A.Expr, scope: _Scope) -> Generator[Any, Any, str]:
-        """The text of a non-atomic node whose children are already named."""
+    def _name(self, node: A.Expr) -> str:
+        """How an already printed (or atomic) node is referred to."""
+        if _is_atomic(node):
+            return self._atomic(node)
+        name = self.names.get(id(node))
+        if name is None:
+            raise AssertionError(f"{type(node).__name__} used before its binding was printed")
+        return name
+
+    def _text(self, node: A.Expr, scope: _Scope) -> Generator[Any, Any, str]:
+        """The text of a non-atomic node; only nodes that open blocks recurse."""
+        if isinstance(node, _OPENS_BLOCKS):
+            text: str = yield self._render(node, scope)
+            return text
+        return self._render_simple(node)
+
+    def _render_simple(self, node: A.Expr) -> str:
+        """The text of a node whose children are all named or atomic."""
+        name = self._name
         match node:
             case A.Call(op=callee, args=args, attrs=attrs):
-                parts = []
-                for arg in args:
-                    parts.append((yield self._ref(arg, scope)))
-                parts.extend(self._call_attrs(callee, attrs))
-                head = yield self._ref(callee, scope)
-                return f"{head}({', '.join(parts)})"
+                parts = [name(arg) for arg in args]
+                if attrs is not None and attrs.fields:
+                    parts.extend(self._call_attrs(callee, attrs))
+                return f"{name(callee)}({', '.join(parts)})"
             case A.Tuple(fields=fields):
-                parts = []
-                for f in fields:
-                    parts.append((yield self._ref(f, scope)))
-                if len(parts) == 1:
-                    return f"({parts[0]},)"
-                return "(" + ", ".join(parts) + ")"
+                if len(fields) == 1:
+                    return f"({name(fields[0])},)"
+                return "(" + ", ".join(name(f) for f in fields) + ")"
             case A.TupleGetItem(tuple_value=t, index=i):
-                return f"{(yield self._ref(t, scope))}.{i}"
+                return f"{name(t)}.{i}"
             case A.RefCreate(value=v):
-                return f"ref({(yield self._ref(v, scope))})"
+                return f"ref({name(v)})"
             case A.RefRead(ref=r):
-                return f"ref_read({(yield self._ref(r, scope))})"
+                return f"ref_read({name(r)})"
             case A.RefWrite(ref=r, value=v):
-                ref_text = yield self._ref(r, scope)
-                value_text = yield self._ref(v, scope)
-                return f"ref_write({ref_text}, {value_text})"
+                return f"ref_write({name(r)}, {name(v)})"
+        raise TypeError(f"cannot print {type(node).__name__}")
+
+    def _render(self, node: A.Expr, scope: _Scope) -> Generator[Any, Any, str]:
+        """The text of a node that opens blocks (function, if, match, let block)."""
+        match node:
             case A.Function():
                 text: str = yield self._function(node, scope)
                 return "fn " + text
-            case A.If(cond=c, true_branch=t, false_branch=f):
-                cond = yield self._ref(c, scope)
+            case A.If(cond=c):
+                cond = self._name(c)
                 then_scope, else_scope = self.inner[id(node)]
                 then_lines = yield self._block(then_scope)
                 else_lines = yield self._block(else_scope)
                 return f"if ({cond}) {{\n{_indent(then_lines)}\n}} else {{\n{_indent(else_lines)}\n}}"
             case A.Match(data=data, clauses=clauses, complete=complete):
-                head = yield self._ref(data, scope)
+                head = self._name(data)
                 out = [f"{'match' if complete else 'match?'} ({head}) {{"]
                 for clause, clause_scope in zip(clauses, self.inner[id(node)]):
                     pattern = self._pattern(clause.lhs)
