@@ -317,6 +317,9 @@ def test_print_parse_round_trip(module: A.Module) -> None:
     relay.verify(again)
     assert relay.structural_equal(module, again), printed
     assert relay.print_text(again) == printed
+    through_json = relay.load_json(relay.dump_json(module))
+    relay.verify(through_json)
+    assert relay.structural_equal(module, through_json), printed
 
 
 def test_structural_equal_is_not_exponential_on_dags() -> None:
