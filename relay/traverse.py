@@ -95,11 +95,17 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
     raise TypeError(f"{type(expr).__name__} has no children to replace")
 
 
-def post_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> list[Expr]:
+def post_order(
+    roots: Expr | Iterable[Expr],
+    *,
+    into_functions: bool = True,
+    enter: Callable[[Expr], bool] | None = None,
+) -> list[Expr]:
     """Every node reachable from `roots`, each once, children before parents.
 
     With `into_functions=False`, function literals are listed but their
-    bodies are not entered.
+    bodies are not entered; more generally, a node for which `enter` returns
+    False is listed but its children are not visited through it.
     """
     order: list[Expr] = []
     seen: set[int] = set()
@@ -118,6 +124,8 @@ def post_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> 
         seen.add(key)
         stack.append((node, True))
         if not into_functions and isinstance(node, Function):
+            continue
+        if enter is not None and not enter(node):
             continue
         kids = children(node)
         for kid in reversed(kids):
@@ -143,6 +151,11 @@ def pre_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> l
             continue
         stack.extend(reversed(children(node)))
     return order
+
+
+def not_primitive(node: Expr) -> bool:
+    """An `enter` predicate for `post_order`: do not walk into `Primitive=1` functions."""
+    return not (isinstance(node, Function) and node.is_primitive)
 
 
 def rewrite(root: Expr, visit: Callable[[Expr, Expr], Expr], *, into_functions: bool = True) -> Expr:

@@ -34,7 +34,7 @@ from relay.ast import (
     pattern_vars,
 )
 from relay.device import VirtualDevice
-from relay.traverse import children
+from relay.traverse import children, not_primitive, post_order
 
 from .domains import Domain, DomainSystem
 from .shapes import FnShape, ShapeInfo, type_shape
@@ -376,34 +376,15 @@ class Collector:
 
     def unify_free_on_devices(self) -> None:
         """Step 1: free `on_device` calls take their context's device where compatible."""
-        seen: set[int] = set()
-        for _, func in self.functions:
-            if not is_optimizable(func):
-                continue
-            order: list[Expr] = []
-            stack: list[tuple[Expr, bool]] = [(func, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    order.append(node)
-                    continue
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                stack.append((node, True))
-                if isinstance(node, Function) and node.is_primitive:
-                    continue
-                for kid in reversed(children(node)):
-                    if id(kid) not in seen:
-                        stack.append((kid, False))
-            for node in order:
-                if type(node) is Call and type(node.op) is Op and node.op.name == "on_device":
-                    od = on_device_props(node)
-                    if od is not None and not od.constrain_body and not od.constrain_result:
-                        cid = self.ds.tag("free on_device", node, hard=False)
-                        self.soft_count += 1
-                        if self.ds.try_unify(self.dom(node), self.dom(od.body), cid):
-                            self.free_on_device_merged += 1
+        roots = [func for _, func in self.functions if is_optimizable(func)]
+        for node in post_order(roots, enter=not_primitive):
+            if type(node) is Call and type(node.op) is Op and node.op.name == "on_device":
+                od = on_device_props(node)
+                if od is not None and not od.constrain_body and not od.constrain_result:
+                    cid = self.ds.tag("free on_device", node, hard=False)
+                    self.soft_count += 1
+                    if self.ds.try_unify(self.dom(node), self.dom(od.body), cid):
+                        self.free_on_device_merged += 1
 
     def apply_defaults(self) -> None:
         """Step 2: TVM's DeviceDefaulter walk, globals in definition order."""

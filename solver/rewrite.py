@@ -35,7 +35,7 @@ from relay.ast import (
 )
 from relay.device import VirtualDevice
 from relay.span import Span
-from relay.traverse import children
+from relay.traverse import children, not_primitive, post_order
 
 from .collect import _SPECIAL_OPS, Collector
 from .domains import Domain
@@ -130,7 +130,7 @@ class Rewriter:
     # ---- driver
 
     def rewrite_function(self, func: Function) -> Function:
-        order = self._post_order(func)
+        order = post_order(func, enter=not_primitive)
         for node in order:
             if isinstance(node, Function) and not node.is_primitive:
                 fd = self.c.dom(node)
@@ -145,27 +145,6 @@ class Rewriter:
         out = self.memo[id(func)]
         assert isinstance(out, Function)
         return out
-
-    @staticmethod
-    def _post_order(root: Expr) -> list[Expr]:
-        order: list[Expr] = []
-        seen: set[int] = set()
-        stack: list[tuple[Expr, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            if isinstance(node, Function) and node.is_primitive:
-                continue
-            for kid in reversed(children(node)):
-                if id(kid) not in seen:
-                    stack.append((kid, False))
-        return order
 
     def _rebuild(self, node: Expr) -> Expr:
         match node:
