@@ -14,23 +14,13 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from service.config import Settings
+from service.api.routes.compile import COMPILE_EXAMPLE
 from service.main import create_app
 
 from .helpers import corpus_path
 
-TWO_CPU = {
-    "module": '#[version = "0.0.5"]\n'
-    "def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(4, 3), float32]) {\n"
-    "  %0 = nn.relu(%x);\n"
-    "  %1 = on_device(%0, virtual_device=meta[VirtualDevice][0]);\n"
-    "  nn.dense(%1, %w, units=4)\n"
-    "}\n",
-    "virtual_devices": ["cpu:0", "cpu:1"],
-    "default_device": "cpu:1",
-    "host_device": "cpu:0",
-    "targets": {"cpu": "llvm"},
-    "run_check": True,
-}
+# The worked example the route shows in Swagger UI: plan on two CPUs, compile, check.
+TWO_CPU = COMPILE_EXAMPLE["value"]
 
 
 @pytest.fixture(scope="module")
