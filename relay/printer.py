@@ -77,8 +77,11 @@ def _lca(a: _Scope, b: _Scope) -> _Scope:
 _OPENS_BLOCKS = (A.Function, A.If, A.Match, A.Let)
 
 
+_ATOMIC_TYPES = frozenset({A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant})
+
+
 def _is_atomic(expr: A.Expr) -> bool:
-    return isinstance(expr, (A.Var, A.GlobalVar, A.Op, A.Constructor, A.Constant))
+    return type(expr) in _ATOMIC_TYPES
 
 
 class _Printer:
