@@ -151,7 +151,10 @@ def device_to_dict(device: Any) -> dict[str, Any]:
 
 
 def device_text(device: Any) -> str:
-    """Short human form: `cpu:0`, `cuda:0 scope=global`, or the value's str()."""
+    """Short human form, as the planner names devices in its messages:
+    `cpu`, `cuda:1`, `cuda (scope global.texture)`."""
+    if isinstance(device, relay.VirtualDevice):
+        return solver.device_name(device)
     return str(device) if device is not None else "?"
 
 
