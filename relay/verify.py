@@ -25,7 +25,7 @@ def verify(module: A.Module) -> None:
 class _Verifier:
     def __init__(self, module: A.Module) -> None:
         self.module = module
-        self.globals = {gv.name for gv, _ in module.functions}
+        self.globals = {gv.name: len(func.params) for gv, func in module.functions}
         self.ctors = {c.name: c for td in module.type_definitions for c in td.constructors}
 
     def run(self) -> None:
@@ -120,6 +120,10 @@ class _Verifier:
                     raise VerifyError(
                         f"constructor {callee.name} takes {len(callee.inputs)} arguments, given {len(args)}",
                         node.span,
+                    )
+                if isinstance(callee, A.GlobalVar) and self.globals.get(callee.name, len(args)) != len(args):
+                    raise VerifyError(
+                        f"@{callee.name} takes {self.globals[callee.name]} arguments, given {len(args)}", node.span
                     )
                 if isinstance(callee, A.Function) and len(args) != len(callee.params):
                     raise VerifyError(

@@ -237,6 +237,10 @@ def test_verify_reports_scope_errors() -> None:
     broken = A.Module(((ctor_module.functions[0][0], wrong),), ctor_module.type_definitions)
     with pytest.raises(relay.VerifyError, match="constructor C takes 1 arguments, given 0"):
         relay.verify(broken)
+    arity = relay.parse_text("def @f(%a: float32, %b: float32) { add(%a, %b) }\ndef @main(%x: float32) {\n  @f(%x)\n}")
+    with pytest.raises(relay.VerifyError, match="@f takes 2 arguments, given 1") as info:
+        relay.verify(arity)
+    assert (info.value.line, info.value.column) == (3, 3)
 
 
 @settings(max_examples=200, deadline=None)
