@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,16 @@ def test_new_devices_are_appended_when_printing() -> None:
 
 # ------------------------------------------------------------------ errors
 
+# A metadata section whose relay.Constant table is empty.
+EMPTY_CONSTANT_TABLE = json.dumps(
+    {
+        "root": 1,
+        "nodes": [{"type_key": ""}, {"type_key": "Map", "keys": ["relay.Constant"], "data": [2]}, {"type_key": "Array"}],
+        "b64ndarrays": [],
+        "attrs": {"tvm_version": "0.19.0"},
+    }
+)
+
 
 @pytest.mark.parametrize(
     ("text", "line", "column", "message"),
@@ -193,9 +204,7 @@ def test_new_devices_are_appended_when_printing() -> None:
         ("def @main(%x: float32) {\n  %0 = exp(%x)\n  %0\n}", 3, 3, "expected `;` after the graph binding"),
         ("def @main(%x: Tensor[(4), floaty]) { %x }", 1, 27, "unknown dtype `floaty`"),
         ("def @main() { %3 }", 1, 15, "graph variable %3 is used before it is defined"),
-        ("def @main() {\n  meta[relay.Constant][0]\n}\n#[metadata]\n{\"root\": 1, \"nodes\": [{\"type_key\": \"\"}, "
-         "{\"type_key\": \"Map\", \"keys\": [\"relay.Constant\"], \"data\": [2]}, {\"type_key\": \"Array\"}], "
-         "\"b64ndarrays\": [], \"attrs\": {\"tvm_version\": \"0.19.0\"}}", 2, 3,
+        ("def @main() {\n  meta[relay.Constant][0]\n}\n#[metadata]\n" + EMPTY_CONSTANT_TABLE, 2, 3,
          "meta[relay.Constant][0] is out of bounds: the table has 0 entries"),
         ("def @main(%x: float32) { @f(%x) }", 1, 26, "call of undefined global function @f"),
         ("def @main() { 1 } def @main() { 2 }", 1, 23, "global function @main is defined twice"),
