@@ -16,7 +16,6 @@ TVM-planned module as well. The bridge's overhead is `to_relax` / `tvm.compile`
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,12 +24,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np
 
 import tvm_bridge
 from tests.tvm_bridge.helpers import load_corpus, split_plan
 from tests.tvm_bridge.test_models import _prefix_length
-from tvm_bridge.check import random_inputs
+from tvm_bridge.check import max_abs_error, random_inputs
 
 MODELS = [
     "mlp",
@@ -61,22 +59,6 @@ def _best(fn: Any, repeat: int) -> tuple[Any, float]:
     return out, min(times)
 
 
-def _run_ms(compiled: tvm_bridge.Compiled, inputs: list[np.ndarray], repeat: int) -> tuple[Any, float]:
-    tvm_bridge.run(compiled, inputs)  # warm-up
-    times, out = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = tvm_bridge.run(compiled, inputs)
-        times.append(time.perf_counter() - start)
-    return out, statistics.median(times) * 1e3
-
-
-def _err(a: Any, b: Any) -> float:
-    if isinstance(a, tuple):
-        return max(_err(x, y) for x, y in zip(a, b))
-    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-
-
 def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
     module = load_corpus(f"{model}.relay")
     planned = split_plan(module, _prefix_length(module))
@@ -89,8 +71,8 @@ def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
     single = tvm_bridge.compile(single_lowered)
     single_compile_s = time.perf_counter() - start
     inputs = random_inputs(module["main"])
-    out_h, run_h = _run_ms(hetero, inputs, repeat)
-    out_s, run_s = _run_ms(single, inputs, repeat)
+    out_h, run_h = tvm_bridge.timed_run(hetero, inputs, repeat)
+    out_s, run_s = tvm_bridge.timed_run(single, inputs, repeat)
     row = {
         "model": model,
         "lower_ms": lower_s * 1e3,
@@ -102,7 +84,7 @@ def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
         "overhead_pct": 100.0 * lower_s / max(hetero.timings.get("build_s", 1e-9), 1e-9),
         "run_hetero_ms": run_h,
         "run_single_ms": run_s,
-        "max_abs_err": _err(out_h, out_s),
+        "max_abs_err": max_abs_error(out_h, out_s),
     }
     if cuda:
         try:

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -29,23 +26,7 @@ import tvm_bridge
 from relay import ast
 from relay.traverse import rewrite
 from tests.tvm_bridge.helpers import CPU0, CPU1, CUDA0, load_corpus
-from tvm_bridge.check import random_inputs, retarget
-
-
-def _timed_runs(compiled: tvm_bridge.Compiled, inputs: list[np.ndarray], repeat: int) -> tuple[Any, float]:
-    out = tvm_bridge.run(compiled, inputs)  # warm-up (first CUDA launch loads the module)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = tvm_bridge.run(compiled, inputs)
-        times.append(time.perf_counter() - start)
-    return out, statistics.median(times) * 1e3
-
-
-def _max_error(a: Any, b: Any) -> float:
-    if isinstance(a, tuple):
-        return max(_max_error(x, y) for x, y in zip(a, b))
-    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+from tvm_bridge.check import max_abs_error, random_inputs, retarget
 
 
 def pin_first_convolutions(module: ast.Module, count: int, device: relay.VirtualDevice) -> ast.Module:
@@ -76,11 +57,11 @@ def check(name: str, planned: ast.Module, reference: ast.Module, repeat: int) ->
     compile_s = time.perf_counter() - start
     cpu = tvm_bridge.compile(tvm_bridge.to_relax(reference))
     inputs = random_inputs(reference["main"])
-    out, run_ms = _timed_runs(compiled, inputs, repeat)
-    expected, cpu_ms = _timed_runs(cpu, inputs, repeat)
+    out, run_ms = tvm_bridge.timed_run(compiled, inputs, repeat)
+    expected, cpu_ms = tvm_bridge.timed_run(cpu, inputs, repeat)
     devices = ",".join(f"{d.type if hasattr(d, 'type') else d}:{d.index}" for d in compiled.devices)
     return (
-        f"{name:34s} devices={devices:14s} max_abs_err={_max_error(out, expected):.3e} "
+        f"{name:34s} devices={devices:14s} max_abs_err={max_abs_error(out, expected):.3e} "
         f"lower={lower_ms:7.1f}ms compile={compile_s:6.2f}s run={run_ms:8.2f}ms cpu_only_run={cpu_ms:8.2f}ms"
     )
 

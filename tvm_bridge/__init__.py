@@ -15,6 +15,7 @@ from .build import (
     load_library,
     nvcc_check,
     run,
+    timed_run,
 )
 from .errors import BridgeError, TargetError, UnsupportedConstruct, UnsupportedOperator
 from .lower import to_relax, vdevices_of
@@ -38,6 +39,7 @@ __all__ = [
     "run",
     "target_dict",
     "target_map",
+    "timed_run",
     "to_relax",
     "tvm_target",
     "vdevices_of",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -376,3 +377,15 @@ def run(
     vm = relax.VirtualMachine(executable, list(devices))
     args = [tvm.runtime.tensor(np.asarray(x), devices[d]) for x, d in zip(inputs, input_devices)]
     return _to_numpy(vm[func](*args))
+
+
+def timed_run(compiled: Compiled, inputs: Sequence[np.ndarray], repeat: int) -> tuple[Any, float]:
+    """Run once to warm up (the first CUDA launch loads the module), then
+    `repeat` times; returns the last output and the median run time in ms."""
+    out = run(compiled, inputs)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = run(compiled, inputs)
+        times.append(time.perf_counter() - start)
+    return out, statistics.median(times) * 1e3
