@@ -8,6 +8,7 @@ times). TVM 0.19's PlanDevices times (corpus README) are the yardstick.
     python benchmarks/plan.py               # everything
     python benchmarks/plan.py --quick       # sizes up to 10k, small models
     python benchmarks/plan.py --no-memory   # skip the tracemalloc runs
+    python benchmarks/plan.py --z3-check    # with the TVM-mode Z3 re-check (off by default)
 """
 
 from __future__ import annotations
@@ -134,8 +135,10 @@ def count_nodes(module: Module) -> int:
     return len(post_order([f for _, f in module.functions]))
 
 
-def measure(name: str, module: Module, repeat: int, memory: bool) -> dict[str, object]:
-    config = solver.PlanConfig()
+def measure(
+    name: str, module: Module, repeat: int, memory: bool, z3_check: bool = False
+) -> dict[str, object]:
+    config = solver.PlanConfig(z3_check=z3_check)
     runs = []
     result = None
     for _ in range(repeat):
@@ -161,7 +164,7 @@ def measure(name: str, module: Module, repeat: int, memory: bool) -> dict[str, o
         **{k: s.time_ms.get(k, 0.0) for k in ("infer", "collect", "presolve", "z3", "rewrite")},
         "classes": s.classes,
         "vars": s.variables,
-        "cons": s.z3_constraints + s.z3_assumptions,
+        "cons": None if s.z3_constraints is None else s.z3_constraints + (s.z3_assumptions or 0),
         "peak": peak,
         "tvm": TVM_MS.get(name),
     }
@@ -174,7 +177,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--z3-check", action="store_true", help="also run the TVM-mode Z3 re-check")
     args = parser.parse_args()
+    z3 = args.z3_check
     rows = []
     if CORPUS.is_dir():
         for path in sorted(CORPUS.glob("*.relay")):
@@ -182,20 +187,20 @@ def main() -> None:
             if stem.endswith(".planned") or (args.quick and path.stat().st_size > 60_000):
                 continue
             module = relay.parse_text(path.read_text(), name=str(path))
-            rows.append(measure(stem, module, args.repeat, not args.no_memory))
+            rows.append(measure(stem, module, args.repeat, not args.no_memory, z3))
             print(f"  done {stem}", file=sys.stderr)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 50_000, 200_000]
     for kind, build in SYNTHETIC.items():
         for n in sizes:
             module = build(n)
             repeat = args.repeat if n <= 10_000 else 1
-            rows.append(measure(f"{kind} {n}", module, repeat, not args.no_memory and n <= 50_000))
+            rows.append(measure(f"{kind} {n}", module, repeat, not args.no_memory and n <= 50_000, z3))
             print(f"  done {kind} {n}", file=sys.stderr)
     if not args.quick:
         # TVM's yardsticks: 10,000 and 50,000 adds, 50,000 let-bound adds.
-        rows.append(measure("adds 10000", chain(10_000), args.repeat, False))
-        rows.append(measure("adds 50000", chain(50_000), 1, False))
-        rows.append(measure("lets 50000", let_chain(0, lets=50_000), 1, False))
+        rows.append(measure("adds 10000", chain(10_000), args.repeat, False, z3))
+        rows.append(measure("adds 50000", chain(50_000), 1, False, z3))
+        rows.append(measure("lets 50000", let_chain(0, lets=50_000), 1, False, z3))
     header = (
         "case",
         "nodes",
@@ -218,8 +223,9 @@ def main() -> None:
         tvm = str(r["tvm"]) if r["tvm"] is not None else ""
         print(
             f"| {r['name']} | {r['nodes']} | {r['total']:.0f} | {r['infer']:.0f} | {r['collect']:.0f} | "
-            f"{r['presolve']:.0f} | {r['z3']:.0f} | {r['rewrite']:.0f} | {r['classes']} | {r['vars']} | "
-            f"{r['cons']} | {peak} | {tvm} |"
+            f"{r['presolve']:.0f} | {r['z3']:.0f} | {r['rewrite']:.0f} | {r['classes']} | "
+            f"{r['vars'] if r['vars'] is not None else '-'} | {r['cons'] if r['cons'] is not None else '-'} | "
+            f"{peak} | {tvm} |"
         )
 
 

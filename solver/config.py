@@ -37,6 +37,8 @@ class PlanConfig:
     `virtual_devices` is the meta[VirtualDevice] table when the module has
     none, appended after the module's own entries when it has one.
     `constraints` are request-level pins: `{"select": {...}, "device": spec}`.
+    `z3_check` runs Z3 over the presolved system to confirm a successful TVM-mode
+    plan (conflicts always use Z3 for their explanation).
     """
 
     virtual_devices: tuple[DeviceSpec, ...] = ()
@@ -44,6 +46,9 @@ class PlanConfig:
     host_device: DeviceSpec = "cpu"
     constraints: tuple[Mapping[str, Any], ...] = ()
     timeout_ms: int = 10_000
+    # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
+    # the tests run it, requests may ask for it).
+    z3_check: bool = False
 
 
 @dataclass(frozen=True)

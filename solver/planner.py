@@ -6,7 +6,8 @@
 4. `collect`: hard constraints into the prioritised union-find (presolve); conflicts
    are explained with Z3 unsat cores (`explain.py`);
 5. `choose_defaults`: free on_device unification and TVM's defaulting walk (section 4);
-6. `check_with_z3`: Z3 checks the compacted system; the plan is read from its model;
+6. `check_with_z3` (only with `PlanConfig.z3_check`): Z3 checks the compacted
+   system and must agree with the presolve; otherwise the plan is the presolve's;
 7. `rewrite_module`: devices made explicit (section 5).
 """
 
@@ -45,7 +46,7 @@ from .explain import explain_conflict, short_text
 from .normalize import InputConflictCrash, copy_conflicting_inputs, rewrite_on_devices
 from .rewrite import Rewriter
 from .shapes import infer_shapes
-from .solve import check_plan
+from .solve import ModelResult, check_plan
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,14 @@ class PlanStats:
     """Sizes and timings of one planning run."""
 
     classes: int
-    variables: int
+    variables: int | None
     hard_constraints: int
     soft_constraints: int
     time_ms: dict[str, float] = field(default_factory=dict)
     nodes: int = 0
-    z3_constraints: int = 0
-    z3_assumptions: int = 0
+    z3_constraints: int | None = None
+    z3_assumptions: int | None = None
+    z3_checked: bool = False  # `variables`/`z3_*` are None when the check did not run
 
 
 @dataclass(frozen=True)
@@ -504,6 +506,16 @@ def check_with_z3(
     return device_of, model
 
 
+def presolved_devices(ds: DomainSystem) -> Callable[[int], VirtualDevice]:
+    """Step 6 without Z3: after the defaults every class's device is final, and
+    the Z3 check could only confirm it (TVM mode)."""
+
+    def device_of(elem: int) -> VirtualDevice:
+        return ds.vd[ds.find(elem)]
+
+    return device_of
+
+
 def rewrite_module(
     module: Module,
     functions: list[tuple[GlobalVar, Function]],
@@ -578,8 +590,12 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
     defaults = choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
     lap("presolve")
 
-    device_of, model = check_with_z3(ds, defaults, config.timeout_ms)
-    lap("z3")
+    model: ModelResult | None = None
+    if config.z3_check:
+        device_of, model = check_with_z3(ds, defaults, config.timeout_ms)
+        lap("z3")
+    else:
+        device_of = presolved_devices(ds)
 
     rewriter = Rewriter(collector, device_of)
     out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, from_expr)
@@ -587,13 +603,14 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
 
     stats = PlanStats(
         classes=len(defaults.final_root),
-        variables=model.variables,
+        variables=model.variables if model is not None else None,
         hard_constraints=collector.hard_count,
         soft_constraints=collector.soft_count,
         time_ms=times,
         nodes=len(ds.parent),
-        z3_constraints=model.constraints,
-        z3_assumptions=model.assumptions,
+        z3_constraints=model.constraints if model is not None else None,
+        z3_assumptions=model.assumptions if model is not None else None,
+        z3_checked=model is not None,
     )
     return PlanResult(
         module=out_module,

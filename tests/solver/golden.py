@@ -25,6 +25,7 @@ GOLDEN_CONFIG = solver.PlanConfig(
     ),
     default_device="cuda",
     host_device="cpu",
+    z3_check=True,  # every golden plan is also confirmed by Z3
 )
 
 

@@ -157,8 +157,9 @@ def test_bad_selector_shape() -> None:
 def test_unknown_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
     monkeypatch.setattr(z3.Solver, "reason_unknown", lambda self: "timeout")
+    module = relay.parse_text(CHAIN, name="chain.relay")
     with pytest.raises(solver.SolverTimeout):
-        _plan_with()
+        solver.plan(module, solver.PlanConfig(z3_check=True))
 
 
 def test_fresh_context_per_call() -> None:

@@ -11,7 +11,7 @@ import solver
 
 from ._corpus import CORPUS, SLOW_MODELS, corpus_cases
 
-CONFIG = solver.PlanConfig(default_device="cuda", host_device="cpu")
+CONFIG = solver.PlanConfig(default_device="cuda", host_device="cpu", z3_check=True)
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 

@@ -74,4 +74,5 @@ def test_golden_summary() -> None:
     assert result.functions == {"main": {"params": ["cpu", "cpu"], "result": "cuda"}}
     assert result.expressions_by_device["cpu"] >= 1 and result.expressions_by_device["cuda"] >= 1
     assert set(result.stats.time_ms) == {"infer", "collect", "presolve", "z3", "rewrite"}
-    assert result.stats.variables <= result.stats.classes * 4
+    assert result.stats.z3_checked
+    assert result.stats.variables is not None and result.stats.variables <= result.stats.classes * 4

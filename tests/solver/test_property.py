@@ -13,11 +13,13 @@ from relay.ast import Call, Function, Let, Op, device_copy_props, on_device_prop
 from relay.traverse import post_order
 
 T = "Tensor[(4), float32]"
-CFG = solver.PlanConfig(virtual_devices=("cpu", "cuda"))
+CFG = solver.PlanConfig(virtual_devices=("cpu", "cuda"), z3_check=True)
 # With memory scopes TVM's greedy defaults are not idempotent (a parameter
 # defaulted before a scope reaches the function result keeps the scope-less
 # device; re-planning sees the scope first), so that variant checks validity only.
-SCOPED = solver.PlanConfig(virtual_devices=("cpu", "cuda", {"device_type": "cpu", "memory_scope": "global"}))
+SCOPED = solver.PlanConfig(
+    virtual_devices=("cpu", "cuda", {"device_type": "cpu", "memory_scope": "global"}), z3_check=True
+)
 UNARY = ("negative", "exp", "tanh", "sigmoid")
 BINARY = ("add", "multiply", "subtract")
 

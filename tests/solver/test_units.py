@@ -6,7 +6,7 @@ import pytest
 
 import relay
 import solver
-from relay.ast import Call, Function, FuncType, TensorType, TupleType, Var, op
+from relay.ast import Call, Function, FuncType, TensorType, TupleType, Var, on_device, op
 from relay.device import VirtualDevice, parse_target
 from solver.domains import DomainSystem, Incompatible
 from solver.shapes import FnShape, TupShape, type_shape
@@ -107,3 +107,20 @@ def test_short_names() -> None:
     assert solver.device_name(VirtualDevice(2, 1, parse_target("cuda"))) == "cuda:1"
     assert solver.device_name(VirtualDevice(2, 0, parse_target("cuda"), "global")) == "cuda (scope global)"
     assert "sm_90" in solver.device_name(VirtualDevice(2, 0, parse_target("cuda -arch=sm_90")))
+
+
+def test_z3_check_is_optional_and_agrees() -> None:
+    """TVM mode skips the Z3 re-check unless asked; both give the same module,
+    and the statistics say whether the check ran instead of reporting zeros."""
+    x = Var("x", T)
+    body = on_device(Call(op("exp"), (x,)), CPU, constrain_body=True, constrain_result=False)
+    func = Function((x,), Call(op("negative"), (body,)), T)
+    module = relay.Module(functions=((relay.GlobalVar("main"), func),))
+    plain = solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda")))
+    checked = solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda"), z3_check=True))
+    assert relay.print_text(plain.module) == relay.print_text(checked.module)
+    assert not plain.stats.z3_checked and "z3" not in plain.stats.time_ms
+    assert plain.stats.variables is None and plain.stats.z3_constraints is None
+    assert checked.stats.z3_checked and "z3" in checked.stats.time_ms
+    assert checked.stats.variables is not None and checked.stats.variables > 0
+    assert len(plain.copies) == len(checked.copies) == 1
