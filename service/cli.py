@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--explain", action="store_true", help="print devices of globals and inserted copies on stderr"
     )
+    p.add_argument(
+        "--z3-check",
+        action="store_true",
+        help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
+    )
 
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
     s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
@@ -176,6 +181,7 @@ def _make_job(args: argparse.Namespace) -> Any:
         host_device=_parse_spec(args.host_device, "--host-device"),
         constraints=tuple(constraints),
         timeout_ms=args.timeout_ms,
+        z3_check=args.z3_check,
         output_format=args.output_format,
         explain=args.explain,
         name=name,

@@ -111,6 +111,12 @@ class PlanRequest(BaseModel):
     )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")
+    z3_check: bool = Field(
+        False,
+        description="TVM mode: also check the plan with Z3. It cannot change the answer (TVM's rules fix "
+        "it) and is most of a small plan's latency, so it is off by default; `solver.z3_checked` says "
+        "whether it ran.",
+    )
 
 
 class VirtualDeviceOut(BaseModel):
@@ -153,7 +159,12 @@ class PlanSummary(BaseModel):
 
 class SolverStats(BaseModel):
     classes: int = Field(..., description="Domain classes after union-find presolve.")
-    variables: int = Field(..., description="Z3 variables (at most classes x fields).")
+    z3_checked: bool = Field(
+        ..., description="Whether Z3 checked this plan (TVM mode: only with `z3_check: true`)."
+    )
+    variables: int | None = Field(
+        None, description="Z3 variables (at most classes x fields); absent when Z3 did not run."
+    )
     hard_constraints: int
     soft_constraints: int
     time_ms: dict[str, float] = Field(

@@ -33,8 +33,8 @@ KIND_INTERNAL = "internal-error"
 DEADLINE_GRACE_S = 0.2
 
 
-# Plans in milliseconds but runs every stage (parser, solver with Z3, printer):
-# the readiness probe and each worker's warm-up use it.
+# Plans in milliseconds but runs every stage (parser, solver, printer); with
+# `z3_check=True` Z3 too: the readiness probe and each worker's warm-up use it so.
 TINY_MODULE = """\
 #[version = "0.0.5"]
 def @main(%x: Tensor[(2), float32]) {
@@ -64,6 +64,7 @@ class PlanJob:
     host_device: DeviceSpec = "cpu"
     constraints: tuple[dict[str, Any], ...] = ()
     timeout_ms: int = 10_000
+    z3_check: bool = False  # TVM mode: confirm the plan with Z3 (it cannot change it)
     output_format: Format = "text"
     explain: bool = False
     name: str = "<request>"
@@ -204,6 +205,7 @@ def build_config(job: PlanJob) -> Any:
             host_device=job.host_device,
             constraints=tuple(job.constraints),
             timeout_ms=job.timeout_ms,
+            z3_check=job.z3_check,
         )
     except (solver.PlanConfigError, ValueError, TypeError) as err:
         message = str(err)
@@ -268,7 +270,8 @@ def run_plan(job: PlanJob) -> PlanOutcome:
         },
         solver={
             "classes": int(stats.classes),
-            "variables": int(stats.variables),
+            "z3_checked": bool(stats.z3_checked),
+            "variables": None if stats.variables is None else int(stats.variables),
             "hard_constraints": int(stats.hard_constraints),
             "soft_constraints": int(stats.soft_constraints),
             "time_ms": time_ms,

@@ -73,7 +73,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
     configure(log_level)
     # Warm up (imports, Z3's first context) so the first real plan pays no start-up;
     # "ready" then also means this process can plan.
-    warm = run_plan_safely(PlanJob(module=TINY_MODULE, timeout_ms=30_000))
+    warm = run_plan_safely(PlanJob(module=TINY_MODULE, timeout_ms=30_000, z3_check=True))
     conn.send("ready" if "ok" in warm else f"warm-up failed: {warm['error']['message']}")
     while True:
         try:

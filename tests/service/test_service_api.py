@@ -59,8 +59,18 @@ def test_plain_example_lands_everything_on_cuda(client: Any) -> None:
     relay.verify(planned)
     assert body["module"].count("virtual_device=meta[VirtualDevice][0]") == 3
     stats = body["solver"]
-    assert stats["classes"] >= 1 and stats["variables"] >= 1
-    assert {"parse", "print"} <= set(stats["time_ms"])
+    # TVM mode skips the Z3 re-check unless asked, and says so instead of reporting zeros.
+    assert stats["classes"] >= 1 and stats["z3_checked"] is False and "variables" not in stats
+    assert {"parse", "print"} <= set(stats["time_ms"]) and "z3" not in stats["time_ms"]
+
+
+def test_z3_check_on_request_gives_the_same_module(client: Any) -> None:
+    plain = client.post("/plan", json=example("cpu_annotation"))
+    checked = client.post("/plan", json={**example("cpu_annotation"), "z3_check": True})
+    assert plain.status_code == checked.status_code == 200, checked.text[:2000]
+    assert checked.json()["module"] == plain.json()["module"]
+    stats = checked.json()["solver"]
+    assert stats["z3_checked"] is True and stats["variables"] >= 1 and "z3" in stats["time_ms"]
 
 
 def test_cpu_annotation_example_inserts_one_copy(client: Any) -> None:

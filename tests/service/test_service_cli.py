@@ -78,6 +78,28 @@ def test_explain_names_param_devices_and_copy_location(capsys: Any, write: Any) 
     assert any(line.startswith("device_copy at 3:") for line in err.splitlines()), err
 
 
+def test_z3_check_flag_runs_the_check_and_keeps_the_plan(
+    capsys: Any, write: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import solver.planner
+
+    calls: list[int] = []
+    real = solver.planner.check_plan
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(solver.planner, "check_plan", counting)
+    path = write("ann.relay", CPU_ANNOTATION)
+    code, plain, err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]')
+    assert code == 0, err
+    assert calls == []
+    code, checked, err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]', "--z3-check")
+    assert code == 0, err
+    assert calls == [1] and checked == plain
+
+
 def test_stdin_output_file_and_json_format(tmp_path: Path) -> None:
     out_file = tmp_path / "planned.json"
     r = devplan("plan", "-", "--output", str(out_file), "--output-format", "json", stdin=PLAIN)

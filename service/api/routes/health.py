@@ -37,7 +37,7 @@ async def healthz() -> HealthResponse:
 async def readyz(pool: PoolDep) -> ReadyResponse:
     start = time.perf_counter()
     try:
-        result = await pool.submit(PlanJob(module=TINY_MODULE, timeout_ms=5000), READINESS_DEADLINE_S)
+        result = await pool.submit(PlanJob(module=TINY_MODULE, timeout_ms=5000, z3_check=True), READINESS_DEADLINE_S)
     except PoolBusy:
         raise ProblemError(NOT_READY, "no planning slot became free") from None
     if "error" in result:

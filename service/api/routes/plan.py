@@ -75,6 +75,7 @@ async def plan(
         host_device=spec_to_plain(request.host_device),
         constraints=tuple(constraint_to_plain(c) for c in request.constraints),
         timeout_ms=timeout_ms,
+        z3_check=request.z3_check,
         output_format=request.output_format,
         explain=request.explain,
         name="<request>",
