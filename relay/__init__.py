@@ -55,7 +55,7 @@ from .ast import (
     op,
     pattern_vars,
 )
-from .device import Target, VirtualDevice, device_type_name, parse_target
+from .device import Target, VirtualDevice, device_name, device_type_name, parse_target, target_options
 from .equal import structural_equal
 from .printer import print_text
 from .span import ParseError, RelayError, SourceText, Span, VerifyError
@@ -133,6 +133,7 @@ __all__ = [
     "decode_meta_section",
     "device_copy",
     "device_copy_props",
+    "device_name",
     "device_type_name",
     "dump_json",
     "encode_meta_section",
@@ -150,6 +151,7 @@ __all__ = [
     "print_text",
     "rewrite",
     "structural_equal",
+    "target_options",
     "verify",
     "with_children",
 ]

@@ -6,6 +6,7 @@ how two of them combine. Where things go is the planner's business.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,30 +133,50 @@ _KIND_DEFAULTS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] =
 }
 
 
-def parse_target(text: str, host: Target | None = None) -> Target:
-    """Parse a target string such as `cuda -arch=sm_90` into its complete form.
+def target_options(text: str) -> tuple[str, tuple[tuple[str, str | None], ...]]:
+    """Split a target string (`cuda -arch=sm_90 -keys=cuda,gpu`) into its kind
+    and its `-name=value` options as written (value None for a bare `-flag`).
 
-    Keys and the per-kind default attributes are filled in as TVM 0.19 does;
-    attributes given in the string override the defaults.
-    Raises ValueError on an empty string or a malformed `-key=value` option.
+    The one tokenizer of target strings: `parse_target` types the values as
+    TVM 0.19 did, the TVM bridge as TVM 0.27's target kinds declare them.
+    Raises ValueError on an empty string or a word that is not an option.
     """
     words = text.split()
     if not words:
         raise ValueError("empty target string")
-    kind = words[0]
-    keys, defaults = _KIND_DEFAULTS.get(kind, ((), ()))
-    attrs: dict[str, Any] = dict(defaults)
+    options: list[tuple[str, str | None]] = []
     for word in words[1:]:
-        if not word.startswith("-") or "=" not in word:
+        name, sep, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or not name:
             raise ValueError(f"malformed target option {word!r} in {text!r}")
-        name, value = word.lstrip("-").split("=", 1)
+        options.append((name, value if sep else None))
+    return words[0], tuple(options)
+
+
+def parse_target(text: str, host: Target | None = None, *, complete: bool = True) -> Target:
+    """Parse a target string such as `cuda -arch=sm_90` into its complete form.
+
+    Keys and the per-kind default attributes are filled in as TVM 0.19 does;
+    attributes given in the string override the defaults. With
+    `complete=False` the target holds only what the string says (no keys,
+    defaults or host), which is what a partial device spec matches against.
+    Raises ValueError on an empty string or a malformed `-key=value` option.
+    """
+    kind, options = target_options(text)
+    keys, defaults = _KIND_DEFAULTS.get(kind, ((), ())) if complete else ((), ())
+    attrs: dict[str, Any] = dict(defaults)
+    for name, value in options:
+        if value is None:
+            raise ValueError(f"malformed target option {'-' + name!r} in {text!r}")
         if name == "keys":
             keys = tuple(v for v in value.split(",") if v)
             continue
         attrs[name] = int(value) if value.lstrip("-").isdigit() else value
-    if host is None and kind != "llvm" and kind != "c":
-        host = Target("llvm", ("cpu",))
-    return Target(kind, tuple(keys), tuple(attrs.items()), host if kind not in ("llvm", "c") else None)
+    if kind in ("llvm", "c"):
+        host = None
+    elif host is None and complete:
+        host = Target("llvm", ("cpu",), _KIND_DEFAULTS["llvm"][1])
+    return Target(kind, tuple(keys), tuple(attrs.items()), host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,3 +244,43 @@ class VirtualDevice:
 
 
 _FULLY_UNCONSTRAINED = VirtualDevice()
+
+
+# The target kind a device type normally runs (used to decide whether a
+# device's target is worth naming).
+_USUAL_KIND: dict[int, str] = {1: "llvm", 2: "cuda"}
+
+
+@functools.cache
+def _standard_attrs(kind: str) -> dict[str, Any] | None:
+    """The attributes `parse_target(kind)` fills in, without the empty mtriple."""
+    try:
+        return _named_attrs(parse_target(kind))
+    except ValueError:
+        return None
+
+
+def _named_attrs(target: Target) -> dict[str, Any]:
+    return {k: _freeze(v) for k, v in target.attrs if (k, v) != ("mtriple", "")}
+
+
+def device_name(vd: VirtualDevice) -> str:
+    """The short name of a virtual device used in reports and messages:
+    `cpu`, `cuda:1`, `cuda (scope global.texture)`, and
+    `cuda (target cuda -arch=sm_90)` when the target is not the kind's standard one."""
+    code = vd.device_type
+    if code is None and vd.target is not None:
+        code = vd.target.device_type
+    name = device_type_name(code) if code is not None else "?"
+    if vd.virtual_device_id not in (None, 0):
+        name += f":{vd.virtual_device_id}"
+    extras = []
+    target = vd.target
+    if target is not None:
+        expected_kind = _USUAL_KIND.get(vd.device_type or 0, target.kind)
+        if target.kind != expected_kind or _named_attrs(target) != _standard_attrs(target.kind):
+            words = (w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple=")
+            extras.append("target " + " ".join(words))
+    if vd.memory_scope is not None:
+        extras.append(f"scope {vd.memory_scope}")
+    return name + (f" ({', '.join(extras)})" if extras else "")

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+import solver
+
 # --------------------------------------------------------------------------
 # Device specs and request-level constraints (device-planning.md, section 1)
 
@@ -60,7 +62,7 @@ class DeviceConstraint(BaseModel):
     device: DeviceSpec
 
 
-def spec_to_plain(spec: str | DeviceObject) -> str | dict[str, Any]:
+def spec_to_plain(spec: str | DeviceObject) -> solver.DeviceSpec:
     """A device spec as the planner takes it (str, or dict without unset fields)."""
     if isinstance(spec, DeviceObject):
         return spec.model_dump(exclude_none=True)

@@ -19,7 +19,6 @@ import solver
 log = logging.getLogger("devplan.planning")
 
 Format = Literal["text", "json"]
-DeviceSpec = str | dict[str, Any]
 
 # Error kinds; the service maps each to a problem type, the CLI to an exit code.
 KIND_MALFORMED = "malformed-module"
@@ -59,9 +58,9 @@ class PlanJob:
 
     module: str
     input_format: Format | None = None  # None: detect (JSON starts with `{`)
-    virtual_devices: tuple[DeviceSpec, ...] = ()
-    default_device: DeviceSpec = "cuda"
-    host_device: DeviceSpec = "cpu"
+    virtual_devices: tuple[solver.DeviceSpec, ...] = ()
+    default_device: solver.DeviceSpec = "cuda"
+    host_device: solver.DeviceSpec = "cpu"
     constraints: tuple[dict[str, Any], ...] = ()
     timeout_ms: int = 10_000
     z3_check: bool = False  # TVM mode: confirm the plan with Z3 (it cannot change it)
@@ -149,14 +148,6 @@ def device_to_dict(device: Any) -> dict[str, Any]:
         "target": str(target) if target is not None else None,
         "memory_scope": getattr(device, "memory_scope", None),
     }
-
-
-def device_text(device: Any) -> str:
-    """Short human form, as the planner names devices in its messages:
-    `cpu`, `cuda:1`, `cuda (scope global.texture)`."""
-    if isinstance(device, relay.VirtualDevice):
-        return solver.device_name(device)
-    return str(device) if device is not None else "?"
 
 
 def _span_lc(span: Any) -> tuple[int | None, int | None]:
@@ -253,8 +244,8 @@ def run_plan(job: PlanJob) -> PlanOutcome:
         {
             "line": _span_lc(span)[0],
             "column": _span_lc(span)[1],
-            "src": device_text(src),
-            "dst": device_text(dst),
+            "src": relay.device_name(src),
+            "dst": relay.device_name(dst),
         }
         for span, src, dst in result.copies
     ]
@@ -319,11 +310,11 @@ def _functions_summary(result: Any) -> dict[str, Any]:
         names = param_names.get(bare, [])
         devices = list(info.get("params", [])) if isinstance(info, dict) else []
         params = [
-            {"name": names[i] if i < len(names) else f"#{i}", "device": device_text(d)}
+            {"name": names[i] if i < len(names) else f"#{i}", "device": str(d)}
             for i, d in enumerate(devices)
         ]
         result_device = info.get("result") if isinstance(info, dict) else None
-        out[f"@{bare}"] = {"params": params, "result": device_text(result_device)}
+        out[f"@{bare}"] = {"params": params, "result": str(result_device)}
     return out
 
 
@@ -359,7 +350,7 @@ def _conflict_failure(err: Any) -> PlanFailure:
         kind = str(getattr(c, "kind", "constraint"))
         description = str(getattr(c, "description", "") or "")
         expr_text = str(getattr(c, "expr_text", "") or "")
-        devices = [device_text(d) for d in (getattr(c, "devices", None) or ())]
+        devices = [str(d) for d in (getattr(c, "devices", None) or ())]
         constraints.append(
             {
                 "kind": kind,

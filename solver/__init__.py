@@ -1,12 +1,18 @@
 """Device planning for Relay modules: TVM PlanDevices semantics on a union-find
 presolve with Z3 as the solver of record (see docs/device-planning.md)."""
 
-from .config import PlanConfig, complete_spec, resolve_device
+from .config import DeviceSpec, PlanConfig, complete_spec, resolve_device
+from .cost import CostReport, CostTable, DeviceCost, Estimate, cost_key
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
-from .planner import PlanResult, PlanStats, device_name, plan
+from .planner import PlanResult, PlanStats, plan
 
 __all__ = [
     "ConflictConstraint",
+    "CostReport",
+    "CostTable",
+    "DeviceCost",
+    "Estimate",
+    "DeviceSpec",
     "PlanConfig",
     "PlanConfigError",
     "PlanResult",
@@ -14,7 +20,7 @@ __all__ = [
     "PlanningConflict",
     "SolverTimeout",
     "complete_spec",
-    "device_name",
+    "cost_key",
     "plan",
     "resolve_device",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from relay.device import DEVICE_TYPE_CODES, TARGET_KIND_DEVICE, Target, VirtualDevice, parse_target
@@ -49,6 +49,20 @@ class PlanConfig:
     # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
     # the tests run it, requests may ask for it).
     z3_check: bool = False
+    # Optimize mode (issue 11, docs/optimize.md): "tvm" reproduces TVM's
+    # PlanDevices; "optimize" minimises the predicted run time.
+    mode: str = "tvm"
+    # device name ("cpu", "cuda:1") -> operator names it cannot run; the wire
+    # form {"unsupported": [...]} is accepted too.
+    op_support: Mapping[str, Any] = field(default_factory=dict)
+    # device name -> any of peak_gflops, mem_gbps, launch_us, memory_bytes
+    device_profiles: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # "cpu->cuda" -> any of gbps, latency_us
+    links: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # {"version": 1, "entries": [{"key": solver.cost_key(...), "device": NAME, "ns": N}]}
+    cost_table: Mapping[str, Any] | None = None
+    # what a symbolic dimension (`?`) counts as in costs and budgets
+    assume_dim: int = 1
 
 
 @dataclass(frozen=True)
@@ -77,20 +91,11 @@ def _device_type_code(value: Any) -> int:
 
 
 def _target_from_text(text: str) -> tuple[Target, str]:
-    words = text.split()
-    if not words:
-        raise PlanConfigError("empty target string")
-    attrs: list[tuple[str, Any]] = []
-    keys: tuple[str, ...] = ()
-    for word in words[1:]:
-        if not word.startswith("-") or "=" not in word:
-            raise PlanConfigError(f"malformed target option {word!r} in {text!r}")
-        name, value = word.lstrip("-").split("=", 1)
-        if name == "keys":
-            keys = tuple(v for v in value.split(",") if v)
-            continue
-        attrs.append((name, int(value) if value.lstrip("-").isdigit() else value))
-    return Target(words[0], keys, tuple(attrs)), text
+    """The target a spec's string names, holding only the attributes it gives."""
+    try:
+        return parse_target(text, complete=False), text
+    except ValueError as exc:
+        raise PlanConfigError(str(exc)) from None
 
 
 def _target_from_json(obj: Mapping[str, Any]) -> tuple[Target, str]:
@@ -197,20 +202,6 @@ def _host_target(table: Sequence[Any]) -> Target | None:
     return None
 
 
-def _tvm_complete(target: Target | None) -> Target | None:
-    """TVM 0.19 gives every `llvm` target an (empty) `mtriple` attribute; a
-    target we create must compare equal to the ones TVM wrote."""
-    if target is None:
-        return None
-    host = _tvm_complete(target.host)
-    attrs = target.attrs
-    if target.kind == "llvm" and "mtriple" not in target.attr_dict:
-        attrs = (("mtriple", ""), *attrs)
-    if host is target.host and attrs is target.attrs:
-        return target
-    return Target(target.kind, target.keys, attrs, host, target.tag)
-
-
 def complete_spec(spec: DeviceSpec, table: Sequence[Any] = ()) -> VirtualDevice:
     """The full virtual device a spec names when no table entry agrees with it."""
     if isinstance(spec, VirtualDevice):
@@ -233,7 +224,7 @@ def complete_spec(spec: DeviceSpec, table: Sequence[Any] = ()) -> VirtualDevice:
         else:
             target = parse_target(kind)
     vid = part.virtual_device_id if part.virtual_device_id is not None else 0
-    return VirtualDevice(part.device_type, vid, _tvm_complete(target), part.memory_scope)
+    return VirtualDevice(part.device_type, vid, target, part.memory_scope)
 
 
 def resolve_device(spec: DeviceSpec, table: Sequence[Any] = ()) -> tuple[VirtualDevice, int, list[Any]]:

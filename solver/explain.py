@@ -33,7 +33,7 @@ from relay.ast import (
     TupleGetItem,
     Var,
 )
-from relay.device import Target, VirtualDevice, device_type_name, parse_target
+from relay.device import VirtualDevice, device_name
 
 from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
@@ -97,48 +97,6 @@ def _loc(ds: DomainSystem, cid: int) -> str:
     return f"{span.line}:{span.column}" if span is not None else "?"
 
 
-_STANDARD: dict[str, Target] = {}
-
-
-def _standard(kind: str) -> Target | None:
-    if kind not in _STANDARD:
-        try:
-            _STANDARD[kind] = parse_target(kind)
-        except ValueError:
-            return None
-    return _STANDARD[kind]
-
-
-def device_text(vd: VirtualDevice) -> str:
-    """A short, readable name of a virtual device (`cpu`, `cuda:1`, ...)."""
-    if vd.device_type is None and vd.target is None:
-        parts = ["?"]
-    else:
-        dt = vd.device_type if vd.device_type is not None else vd.target.device_type  # type: ignore[union-attr]
-        parts = [device_type_name(dt) if dt is not None else "?"]
-    if vd.virtual_device_id not in (None, 0):
-        parts[0] += f":{vd.virtual_device_id}"
-    extras = []
-    target = vd.target
-    if target is not None:
-        std = _standard(target.kind)
-        attrs = tuple(a for a in target.attrs if a != ("mtriple", ""))
-        std_attrs = tuple(a for a in std.attrs if a != ("mtriple", "")) if std is not None else None
-        expected_kind = {1: "llvm", 2: "cuda"}.get(vd.device_type or 0, target.kind)
-        if target.kind != expected_kind or std_attrs is None or dict(attrs) != dict(std_attrs):
-            extras.append(
-                "target "
-                + " ".join(w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple=")
-            )
-    if vd.memory_scope is not None:
-        extras.append(f"scope {vd.memory_scope}")
-    return parts[0] + (f" ({', '.join(extras)})" if extras else "")
-
-
-def _device_name(vd: VirtualDevice) -> str:
-    return device_text(vd)
-
-
 def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> PlanningConflict:
     """Build the PlanningConflict for a refused join."""
     adjacency: dict[int, list[tuple[int, int]]] = {}
@@ -187,9 +145,9 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
     for cid in ordered:
         devices: list[str] = []
         if cid == p_pin[2]:
-            devices.append(_device_name(p_pin[1]))
+            devices.append(device_name(p_pin[1]))
         if cid == q_pin[2]:
-            devices.append(_device_name(q_pin[1]))
+            devices.append(device_name(q_pin[1]))
         constraints.append(_constraint(ds, cid, devices))
     message = _message(ds, p_pin, q_pin, ordered)
     return PlanningConflict(message, constraints)
@@ -320,7 +278,7 @@ def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[i
     owners = ds.param_owner
     p_tag, q_tag = ds.tags[p_pin[2]], ds.tags[q_pin[2]]
     first = (
-        f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail, owners)} is on {device_text(p_pin[1])} "
+        f"{_subject(p_tag.kind, p_tag.expr, p_tag.detail, owners)} is on {device_name(p_pin[1])} "
         f"({p_tag.kind} at {_loc(ds, p_pin[2])})"
     )
     second_subject = _subject(q_tag.kind, q_tag.expr, q_tag.detail, owners)
@@ -331,10 +289,10 @@ def _message(ds: DomainSystem, p_pin: _PinInfo, q_pin: _PinInfo, ordered: list[i
         call = calls[0]
         links.remove(call)
         second = (
-            f"the call at {_loc(ds, call)} passes {second_subject} on {device_text(q_pin[1])} {second_where}"
+            f"the call at {_loc(ds, call)} passes {second_subject} on {device_name(q_pin[1])} {second_where}"
         )
     else:
-        second = f"{second_subject} is on {device_text(q_pin[1])} {second_where}"
+        second = f"{second_subject} is on {device_name(q_pin[1])} {second_where}"
     via = ""
     if links:
         via = "; linked through " + ", ".join(f"{ds.tags[c].kind} at {_loc(ds, c)}" for c in links[:6])

@@ -34,12 +34,13 @@ from relay.ast import (
     Var,
     on_device,
 )
-from relay.device import Target, VirtualDevice
+from relay.device import Target, VirtualDevice, device_name
 from relay.span import Span
 from relay.traverse import children, free_vars, post_order, rewrite
 
 from .collect import Collector, is_optimizable
 from .config import PlanConfig, complete_spec, resolve_device, spec_text
+from .cost import CostReport
 from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict
 from .explain import explain_conflict, short_text
@@ -78,14 +79,8 @@ class PlanResult:
     copies: list[tuple[Span | None, VirtualDevice, VirtualDevice]]
     functions: dict[str, dict[str, Any]]
     expressions_by_device: dict[str, int]
-
-
-def device_name(vd: VirtualDevice) -> str:
-    """Short name of a device for reports: `cpu`, `cuda:1`, `cuda (scope global.texture)`,
-    `cuda (target cuda -arch=sm_90)` when the target is not the kind's standard one."""
-    from .explain import device_text
-
-    return device_text(vd)
+    # Optimize mode only: the predicted cost of the plan (None in TVM mode).
+    cost: CostReport | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -352,15 +347,13 @@ def _find_pins(
 
 def _crash_conflict(err: InputConflictCrash) -> PlanningConflict:
     """TVM 0.19 fails an internal check here; we report it as a conflict."""
-    from .explain import device_text
-
     call = err.call
     loc = f"{call.span.line}:{call.span.column}" if call.span is not None else "?"
     constraints = [ConflictConstraint("conflicting inputs", err.args[0], short_text(call), call.span, [])]
     message = f"device conflict: {err.args[0]} at {loc} ({short_text(call)})"
     if err.arg is not None:
         arg = err.arg
-        devices = [device_text(err.arg_device)] if err.arg_device is not None else []
+        devices = [device_name(err.arg_device)] if err.arg_device is not None else []
         first = f", first on {devices[0]}" if devices else ""
         constraints.append(
             ConflictConstraint(

@@ -33,7 +33,7 @@ from relay.ast import (
     device_copy,
     device_copy_props,
 )
-from relay.device import VirtualDevice
+from relay.device import VirtualDevice, device_name
 from relay.span import Span
 from relay.traverse import children, not_primitive, post_order
 
@@ -93,11 +93,9 @@ class Rewriter:
             counts[key] = [vd, 1]
 
     def expressions_by_device(self) -> dict[str, int]:
-        from .explain import device_text
-
         out: Counter[str] = Counter()
         for vd, n in self._counts.values():
-            out[device_text(vd)] += n
+            out[device_name(vd)] += n
         return dict(out)
 
     def _use(self, vd: VirtualDevice) -> VirtualDevice:

@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from relay.device import DEVICE_TYPE_CODES
+from relay.device import DEVICE_TYPE_CODES, DEVICE_TYPE_NAMES, target_options
 from relay.device import Target as RelayTarget
 
 from .errors import TargetError
@@ -110,17 +110,16 @@ def _parse_string(text: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise TargetError(f"a JSON target must be an object, got {text!r}")
         return value
-    kind = words[0]
+    try:
+        kind, options = target_options(text)
+    except ValueError as exc:
+        raise TargetError(str(exc)) from None
     out: dict[str, Any] = {"kind": kind}
-    for word in words[1:]:
-        if not word.startswith("-"):
-            raise TargetError(f"malformed target option {word!r} in {text!r}")
-        name, sep, value = word.lstrip("-").partition("=")
-        if not sep:  # a bare flag such as `-fast-math`
-            value = "true"
+    for name, value in options:
         if name in _DROPPED_ATTRS:
             continue
-        out[name] = _convert_option(kind, name, value)
+        # A bare flag such as `-fast-math` switches a boolean option on.
+        out[name] = _convert_option(kind, name, "true" if value is None else value)
     return out
 
 
@@ -190,8 +189,6 @@ def tvm_target(spec: TargetSpec, *, cuda_arch: str | None = None) -> Any:
 
 def device_type_name(name_or_code: str | int) -> str:
     """Normalise a device name or DLPack code to `cpu` / `cuda` / ..."""
-    from relay.device import DEVICE_TYPE_NAMES
-
     if isinstance(name_or_code, int):
         return DEVICE_TYPE_NAMES.get(name_or_code, str(name_or_code))
     code = DEVICE_TYPE_CODES.get(name_or_code.lower())

@@ -102,13 +102,6 @@ def test_plan_leaves_input_untouched() -> None:
     assert module.functions[0][1].params[0].virtual_device is None
 
 
-def test_short_names() -> None:
-    assert solver.device_name(CPU) == "cpu"
-    assert solver.device_name(VirtualDevice(2, 1, parse_target("cuda"))) == "cuda:1"
-    assert solver.device_name(VirtualDevice(2, 0, parse_target("cuda"), "global")) == "cuda (scope global)"
-    assert "sm_90" in solver.device_name(VirtualDevice(2, 0, parse_target("cuda -arch=sm_90")))
-
-
 def test_z3_check_is_optional_and_agrees() -> None:
     """TVM mode skips the Z3 re-check unless asked; both give the same module,
     and the statistics say whether the check ran instead of reporting zeros."""
