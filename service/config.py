@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -58,6 +58,64 @@ class Settings(BaseSettings):
     artifact_dir: Path = Field(
         Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
     )
+    # Admission control and memory (issue 12): see README "Limits".
+    max_inflight_bytes: int = Field(
+        128 * 1024 * 1024,
+        ge=1024,
+        description="Request body bytes held at once by requests in flight (running or waiting for a "
+        "slot); a request beyond it gets 503 overloaded. Raised to max_body_bytes when below it.",
+    )
+    max_queued_requests: int = Field(
+        64,
+        ge=0,
+        description="Requests with a body admitted beyond the planning and compile slots (they wait for a "
+        "slot); one more gets 503 overloaded with Retry-After.",
+    )
+    max_connections: int | None = Field(
+        None,
+        ge=1,
+        description="uvicorn's limit_concurrency, a backstop above the admission bound (its plain-text 503 "
+        "should never be seen). Default: 4 x the admission bound + 64.",
+    )
+    worker_memory_bytes: int = Field(
+        1024 * 1024 * 1024,
+        ge=0,
+        description="Resident memory one planning worker may use; a plan above it is stopped (the worker "
+        "killed and replaced) and answered 422 module-too-large. 0: no limit.",
+    )
+    memory_per_input_byte: float = Field(
+        48.0,
+        ge=0,
+        description="Measured worker memory per byte of module text, used to reject at once (422 "
+        "module-too-large) a module that cannot fit in worker_memory_bytes. 0 disables the estimate.",
+    )
+    api_keys: SecretStr = Field(
+        SecretStr(""),
+        description="Comma-separated bearer tokens; when set, every route except health, docs, static "
+        "pages and (by default) /metrics needs `Authorization: Bearer <key>`.",
+    )
+    compile_api_keys: SecretStr = Field(
+        SecretStr(""),
+        description="When set, only these tokens may use /compile and /artifacts (comma-separated).",
+    )
+    metrics_require_key: bool = Field(False, description="Also require an API key for /metrics.")
+
+    @property
+    def admission_requests(self) -> int:
+        """Requests with a body admitted at once: every slot busy plus the queue."""
+        return self.pool_size + self.compile_workers + self.max_queued_requests
+
+    @property
+    def admission_bytes(self) -> int:
+        """The in-flight byte bound, never below one largest request."""
+        return max(self.max_inflight_bytes, self.max_body_bytes)
+
+    @property
+    def uvicorn_limit_concurrency(self) -> int:
+        """uvicorn's own limit (connections and tasks), kept above our admission bound."""
+        if self.max_connections is not None:
+            return max(self.max_connections, self.admission_requests + 16)
+        return 4 * self.admission_requests + 64
 
 
 @lru_cache(maxsize=1)

@@ -15,9 +15,10 @@ from starlette.routing import Mount
 from service import __version__
 from service.api.routes import compile as compile_routes
 from service.api.routes import docs, health, meta, plan
+from service.auth import AccessPolicy, add_security_scheme
 from service.config import Settings, get_settings
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware
+from service.middleware import Admission, ServiceMiddleware
 from service.pool import PlanPool
 from service.problems import ALL_KINDS, PROBLEM_MEDIA_TYPE, install_handlers
 
@@ -43,7 +44,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.pool_kind,
         queue_timeout_s=settings.queue_timeout_ms / 1000,
         log_level=settings.log_level,
+        memory_limit_bytes=settings.worker_memory_bytes,
+        memory_per_input_byte=settings.memory_per_input_byte,
     )
+    metrics.pool_slots.labels("configured").set_function(lambda: pool.status().configured)
+    metrics.pool_slots.labels("effective").set_function(lambda: pool.status().effective)
+    metrics.pool_slots.labels("busy").set_function(lambda: pool.status().busy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,6 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         known_paths=known_paths,
         mount_prefixes=mount_prefixes,
+        admission=Admission(settings.admission_requests, settings.admission_bytes),
+        policy=AccessPolicy.from_settings(settings, static_prefixes=tuple(mount_prefixes)),
     )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -104,6 +112,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components = schema.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    add_security_scheme(schema)
     app.openapi_schema = schema
     return schema
 

@@ -60,6 +60,24 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("devplan_plans_in_flight", "Plans running or waiting for a slot.", registry=r)
+        self.inflight_bytes = Gauge(
+            "devplan_inflight_request_bytes", "Body bytes held by admitted requests.", registry=r
+        )
+        self.admission_rejections = Counter(
+            "devplan_admission_rejections",
+            "Requests answered 503 overloaded by admission control, by bound (requests, bytes).",
+            ("reason",),
+            registry=r,
+        )
+        self.pool_slots = Gauge(
+            "devplan_pool_slots",
+            "Planning slots: configured; effective (configured minus slots whose worker cannot be "
+            "restarted); busy.",
+            ("state",),
+            registry=r,
+        )
+        for reason in ("requests", "bytes"):
+            self.admission_rejections.labels(reason)
         for outcome in PLAN_OUTCOMES:
             self.plans.labels(outcome)
 

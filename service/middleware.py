@@ -1,8 +1,15 @@
-"""The one ASGI middleware in front of the app: request id, body limit, metrics, access log.
+"""The one ASGI middleware in front of the app: request id, API keys, admission, body limit,
+metrics, access log.
 
-Pure ASGI (no BaseHTTPMiddleware) so the body limit is enforced while the body
+Pure ASGI (no BaseHTTPMiddleware) so the limits are enforced while the body
 streams in: a request announcing or sending more than the limit is answered
-413 without reading the rest.
+413 without reading the rest. Before any byte of a body is read, the request
+must carry a valid API key (when keys are configured, `service.auth`) and be
+admitted: requests with a body are bounded in number (every planning and
+compile slot busy plus a queue) and in the bytes they hold together, so
+requests waiting for a slot cannot pile up memory. Beyond either bound the
+answer is 503 `overloaded` with `Retry-After`; uvicorn's own concurrency limit
+sits above these bounds as a backstop.
 """
 
 from __future__ import annotations
@@ -10,17 +17,58 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.auth import AccessPolicy, bearer_token
 from service.logs import accept_request_id, reset_request_id, set_request_id
 from service.metrics import Metrics
-from service.problems import INTERNAL_ERROR, PROBLEM_MEDIA_TYPE, REQUEST_TOO_LARGE, ProblemKind, problem_body
+from service.problems import (
+    INTERNAL_ERROR,
+    OVERLOADED,
+    PROBLEM_MEDIA_TYPE,
+    REQUEST_TOO_LARGE,
+    RETRY_AFTER_S,
+    UNAUTHORIZED,
+    ProblemKind,
+    problem_body,
+)
 
 log = logging.getLogger("devplan.access")
 
 _QUIET_ROUTES = {"/healthz", "/readyz", "/metrics"}
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+@dataclass(slots=True)
+class Admission:
+    """Requests with a body admitted now and the body bytes they hold (one event loop: no lock).
+
+    `max_requests` and `max_bytes` are the bounds; a request is counted from the
+    moment it is admitted until its response is sent.
+    """
+
+    max_requests: int
+    max_bytes: int
+    requests: int = 0
+    held_bytes: int = 0
+
+    def reserve(self, n: int) -> bool:
+        """Hold `n` more body bytes if the bound allows."""
+        if self.held_bytes + n > self.max_bytes:
+            return False
+        self.held_bytes += n
+        return True
+
+
+class _Refused(Exception):
+    """The body could not be admitted: 413 (over the per-request limit) or 503 (over the byte bound)."""
+
+    def __init__(self, kind: ProblemKind) -> None:
+        super().__init__(kind.slug)
+        self.kind = kind
 
 
 class ServiceMiddleware:
@@ -32,12 +80,16 @@ class ServiceMiddleware:
         max_body_bytes: int,
         known_paths: set[str],
         mount_prefixes: set[str],
+        admission: Admission | None = None,
+        policy: AccessPolicy | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.known_paths = known_paths
         self.mount_prefixes = mount_prefixes
+        self.admission = admission
+        self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,12 +111,27 @@ class ServiceMiddleware:
                 ]
             await send(message)
 
+        has_body = scope["method"] in _BODY_METHODS
+        admitted = False
+        reserved = [0]  # body bytes this request holds in the admission bound
         try:
-            body_receive = await self._limited_receive(scope, receive, headers)
-            if body_receive is None:
-                await self._too_large(scope, send_with_id)
+            if self.policy is not None and not self.policy.allows(
+                scope["path"], headers.get("authorization")
+            ):
+                await self._unauthorized(scope, send_with_id, headers.get("authorization"), has_body)
+            elif has_body and not self._admit():
+                await self._overloaded(scope, send_with_id, "requests")
             else:
-                await self.app(scope, body_receive, send_with_id)
+                admitted = has_body
+                try:
+                    body_receive = await self._limited_receive(scope, receive, headers, reserved)
+                except _Refused as refused:
+                    if refused.kind is OVERLOADED:
+                        await self._overloaded(scope, send_with_id, "bytes")
+                    else:
+                        await self._too_large(scope, send_with_id)
+                else:
+                    await self.app(scope, body_receive, send_with_id)
         except Exception:
             # A bug, not the client's fault: log it with the traceback, answer a problem
             # (with the request id) without it. Handled here rather than in Starlette's
@@ -72,10 +139,12 @@ class ServiceMiddleware:
             log.exception("unhandled exception on %s %s", scope["method"], scope["path"])
             if status_holder["started"]:
                 raise
-            await self._send_problem(
-                send_with_id, INTERNAL_ERROR, "unexpected server error; see the server log", scope.get("path")
-            )
+            await self._send_problem(send_with_id, INTERNAL_ERROR, None, None)
         finally:
+            if admitted and self.admission is not None:
+                self.admission.requests -= 1
+                self.admission.held_bytes -= reserved[0]
+                self.metrics.inflight_bytes.set(self.admission.held_bytes)
             elapsed = time.perf_counter() - start
             route = self._route_label(scope)
             status = str(status_holder["status"])
@@ -99,15 +168,39 @@ class ServiceMiddleware:
             )
             reset_request_id(token)
 
+    def _admit(self) -> bool:
+        """Count one more request with a body, if the bound allows."""
+        if self.admission is None:
+            return True
+        if self.admission.requests >= self.admission.max_requests:
+            return False
+        self.admission.requests += 1
+        return True
+
+    def _reserve(self, n: int, reserved: list[int]) -> None:
+        if self.admission is None or n <= 0:
+            return
+        if not self.admission.reserve(n):
+            raise _Refused(OVERLOADED)
+        reserved[0] += n
+        self.metrics.inflight_bytes.set(self.admission.held_bytes)
+
     async def _limited_receive(
-        self, scope: Scope, receive: Receive, headers: dict[str, str]
-    ) -> Receive | None:
-        """Buffer the body up to the limit; None when it is (or announces to be) larger."""
-        if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        self, scope: Scope, receive: Receive, headers: dict[str, str], reserved: list[int]
+    ) -> Receive:
+        """Buffer the body up to the limit, holding its bytes in the admission bound.
+
+        Raises _Refused(REQUEST_TOO_LARGE) when the body is (or announces to be)
+        larger than the limit, _Refused(OVERLOADED) when its bytes do not fit the
+        in-flight bound. A declared length is reserved before reading anything.
+        """
+        if scope["method"] not in _BODY_METHODS:
             return receive
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            return None
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_body_bytes:
+                raise _Refused(REQUEST_TOO_LARGE)
+            self._reserve(int(declared), reserved)
         chunks: list[bytes] = []
         size = 0
         disconnect: Message | None = None
@@ -119,7 +212,8 @@ class ServiceMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                return None
+                raise _Refused(REQUEST_TOO_LARGE)
+            self._reserve(size - reserved[0], reserved)  # only what the declared length did not cover
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -141,14 +235,45 @@ class ServiceMiddleware:
         detail = f"the request body exceeds the limit of {self.max_body_bytes} bytes (DEVPLAN_MAX_BODY_BYTES)"
         await self._send_problem(send, REQUEST_TOO_LARGE, detail, scope.get("path"), close=True)
 
+    async def _overloaded(self, scope: Scope, send: Send, reason: str) -> None:
+        assert self.admission is not None
+        self.metrics.admission_rejections.labels(reason).inc()
+        if reason == "requests":
+            detail = f"{self.admission.max_requests} requests are already running or queued; retry later"
+        else:
+            detail = (
+                f"requests in flight already hold {self.admission.held_bytes} of "
+                f"{self.admission.max_bytes} body bytes (DEVPLAN_MAX_INFLIGHT_BYTES); retry later"
+            )
+        extra = [(b"retry-after", str(RETRY_AFTER_S).encode())]
+        await self._send_problem(send, OVERLOADED, detail, scope.get("path"), close=True, headers=extra)
+
+    async def _unauthorized(
+        self, scope: Scope, send: Send, authorization: str | None, has_body: bool
+    ) -> None:
+        challenge = 'Bearer realm="devplan"'
+        if bearer_token(authorization) is not None:
+            challenge += ', error="invalid_token"'
+            detail = "the API key is not valid for this route"
+        else:
+            detail = "this route needs an API key: send `Authorization: Bearer <key>`"
+        extra = [(b"www-authenticate", challenge.encode())]
+        await self._send_problem(send, UNAUTHORIZED, detail, scope.get("path"), close=has_body, headers=extra)
+
     @staticmethod
     async def _send_problem(
-        send: Send, kind: ProblemKind, detail: str, instance: str | None, close: bool = False
+        send: Send,
+        kind: ProblemKind,
+        detail: str | None,
+        instance: str | None,
+        close: bool = False,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         body = json.dumps(problem_body(kind, detail, instance)).encode()
         headers = [
             (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
             (b"content-length", str(len(body)).encode()),
+            *(headers or ()),
         ]
         if close:
             headers.append((b"connection", b"close"))

@@ -230,10 +230,20 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class ReadyWorkers(BaseModel):
+    configured: int = Field(..., description="Planning slots configured (DEVPLAN_POOL_SIZE).")
+    effective: int = Field(
+        ..., description="Slots with a worker (or one starting): configured minus slots that cannot restart."
+    )
+    busy: int = Field(..., description="Slots running a plan now.")
+    alive: int = Field(..., description="Planning worker processes alive now.")
+
+
 class ReadyResponse(BaseModel):
     status: Literal["ready"] = "ready"
-    plan_ms: float = Field(..., description="Time the readiness probe's tiny plan took.")
+    probe_ms: float = Field(..., description="Time the Z3 probe took (a tiny problem in a fresh context).")
     pool: str = Field(..., description="Planning pool kind and size.")
+    workers: ReadyWorkers
 
 
 class VersionResponse(BaseModel):

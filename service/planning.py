@@ -26,6 +26,7 @@ KIND_CONFIG = "invalid-config"
 KIND_CONFLICT = "planning-conflict"
 KIND_TIMEOUT = "solver-timeout"
 KIND_INTERNAL = "internal-error"
+KIND_TOO_LARGE = "module-too-large"  # the worker cannot hold it (memory limit)
 
 # A plan gets its time limit plus this much before it is stopped from outside
 # (worker killed, CLI alarm), so the solver's own clean time-out wins when it can.
@@ -50,6 +51,16 @@ def deadline_s(timeout_ms: int) -> float:
 def timeout_failure(timeout_ms: int) -> PlanFailure:
     message = f"planning did not finish within its time limit of {timeout_ms} ms"
     return PlanFailure(KIND_TIMEOUT, message, f"error: {message}")
+
+
+def too_large_failure(limit_bytes: int | None) -> PlanFailure:
+    """A module the planning worker cannot hold; says what to change."""
+    limit = f" of {limit_bytes // (1024 * 1024)} MiB (DEVPLAN_WORKER_MEMORY_BYTES)" if limit_bytes else ""
+    message = (
+        f"the module needs more memory than a planning worker may use{limit}; "
+        "plan a smaller module (split it into functions planned separately) or raise the limit"
+    )
+    return PlanFailure(KIND_TOO_LARGE, message, f"error: {message}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +293,7 @@ def run_plan_safely(job: PlanJob) -> dict[str, Any]:
     except PlanFailure as failure:
         return {"error": failure.as_dict()}
     except MemoryError:
-        message = "out of memory while planning"
-        return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+        return {"error": too_large_failure(None).as_dict()}
     except Exception as err:
         log.exception("planning failed unexpectedly")
         message = f"internal error while planning: {type(err).__name__}"

@@ -1,10 +1,23 @@
-"""A bounded pool that runs plans off the event loop and enforces each one's time limit.
+"""A bounded pool that runs plans off the event loop and enforces each one's time and memory limits.
 
 Planning is CPU-bound Python, so the default pool is worker processes (real
 parallelism, and the event loop keeps answering /healthz). A worker whose plan
-overruns its deadline is killed and replaced; that is the only way to stop
-Python code mid-flight. The thread kind is for debugging and embedding: there
-the solver's own time limit is the only brake.
+overruns its deadline, or its resident memory limit, is killed and replaced;
+that is the only way to stop Python code mid-flight. The thread kind is for
+debugging and embedding: there the solver's own time limit is the only brake
+and there is no memory limit.
+
+The pool heals: an idle worker found dead is replaced before it is handed a
+request, and a slot whose replacement cannot start is retried in the background
+while `status()` reports it lost (the effective size drops below the configured
+one, which makes /readyz answer 503).
+
+Memory is limited with a watchdog on the worker's resident set (read from
+/proc while the web process waits for the answer), not an address-space
+rlimit: measured, importing numpy (OpenBLAS) adds 120 MiB of address space
+on a 2-core machine for 12 MiB resident, and Z3's timer thread and glibc's
+per-thread arenas reserve more, growing with the core count, so an address
+space limit would fail small plans on big machines.
 """
 
 from __future__ import annotations
@@ -13,25 +26,38 @@ import asyncio
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from service.planning import (
     KIND_INTERNAL,
+    KIND_TOO_LARGE,
     TINY_MODULE,
     PlanFailure,
     PlanJob,
+    detect_format,
     run_plan_safely,
     timeout_failure,
+    too_large_failure,
 )
 
 log = logging.getLogger("devplan.pool")
 
 
 _START_TIMEOUT_S = 120.0
+# How often the web process reads a busy worker's resident set: one small /proc read;
+# the overshoot past the limit is what the worker allocates in this time.
+_MEMORY_POLL_S = 0.01
+# TVM JSON takes about a sixth of the memory per input byte of text (measured: 7 vs 41 B/B
+# over the warm worker for the same chain module), since it spells every node out.
+_JSON_MEMORY_RATIO = 1 / 6
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class PoolBusy(Exception):
@@ -40,6 +66,10 @@ class PoolBusy(Exception):
 
 def _timeout_result(job: PlanJob) -> dict[str, Any]:
     return {"error": timeout_failure(job.timeout_ms).as_dict()}
+
+
+def _internal_result(message: str) -> dict[str, Any]:
+    return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
 
 
 def tune_malloc() -> None:
@@ -64,8 +94,21 @@ def tune_malloc() -> None:
         pass
 
 
+def resident_bytes(pid: int) -> int | None:
+    """A process's resident set size from /proc; None where /proc is not there."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
-    """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF."""
+    """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF.
+
+    After a MemoryError the worker answers and exits, so the pool replaces it
+    with a fresh process rather than trust a heap that ran dry.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and kills us
     tune_malloc()
     from service.logs import configure, reset_request_id, set_request_id
@@ -88,6 +131,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
         finally:
             reset_request_id(token)
         conn.send(result)
+        if "error" in result and result["error"]["kind"] == KIND_TOO_LARGE:
+            return
 
 
 class _Worker:
@@ -106,6 +151,14 @@ class _Worker:
         if not ready:
             self.kill()
             raise RuntimeError(f"planning worker {self.proc.pid} did not start (see its log)")
+        self.baseline_bytes = resident_bytes(self.proc.pid) or 0
+
+    def alive(self) -> bool:
+        """Running, and its pipe holds nothing: an idle worker's pipe is readable only at EOF."""
+        try:
+            return self.proc.is_alive() and not self.conn.poll(0)
+        except (OSError, ValueError):
+            return False
 
     def kill(self) -> None:
         try:
@@ -119,26 +172,97 @@ class _Overrun(Exception):
     pass
 
 
+class _OverMemory(Exception):
+    def __init__(self, rss: int) -> None:
+        super().__init__(rss)
+        self.rss = rss
+
+
+class _NotDelivered(Exception):
+    """The job could not be sent: the worker died before it got it, so another may take it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    """A snapshot for /readyz and the metrics."""
+
+    kind: str
+    configured: int  # slots asked for
+    effective: int  # slots that have (or are starting) a worker: configured minus lost ones
+    busy: int  # slots running a plan now
+    alive: int  # worker processes alive now (process kind), busy ones included
+
+    @property
+    def healthy(self) -> bool:
+        return self.effective == self.configured
+
+
 class PlanPool:
     """`await pool.submit(job, deadline_s)` -> run_plan_safely's dict, never raising for the job's sake."""
 
     def __init__(
-        self, size: int, kind: str = "process", queue_timeout_s: float = 60.0, log_level: str = "info"
+        self,
+        size: int,
+        kind: str = "process",
+        queue_timeout_s: float = 60.0,
+        log_level: str = "info",
+        memory_limit_bytes: int = 0,
+        memory_per_input_byte: float = 0.0,
+        respawn_backoff_max_s: float = 30.0,
     ) -> None:
         self.size = size
         self.kind = kind
         self.queue_timeout_s = queue_timeout_s
         self.log_level = log_level
+        self.memory_limit_bytes = memory_limit_bytes if kind == "process" else 0
+        self.memory_per_input_byte = memory_per_input_byte
+        self.respawn_backoff_max_s = respawn_backoff_max_s
         self._threads = ThreadPoolExecutor(max_workers=size + 2, thread_name_prefix="devplan-plan")
         self._ctx = multiprocessing.get_context("spawn")
         self._idle: asyncio.Queue[_Worker] | None = None
         self._slots: asyncio.Semaphore | None = None
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._busy = 0
+        self._lost = 0
+        self._baseline_bytes = 0
         self._closed = False
+        # Tests swap this to make respawns fail; it builds one started worker or raises RuntimeError.
+        self.worker_factory: Callable[[], _Worker] = lambda: _Worker(self._ctx, self.log_level)
 
     def describe(self) -> str:
         return f"{self.kind} x {self.size}"
+
+    # ------------------------------------------------------------------ state
+
+    def status(self) -> PoolStatus:
+        with self._lock:
+            alive = sum(1 for w in self._all if w.proc.is_alive()) if self.kind == "process" else self.size
+            return PoolStatus(self.kind, self.size, self.size - self._lost, self._busy, alive)
+
+    def wait_until(self, predicate: Callable[[PoolStatus], bool], timeout_s: float) -> bool:
+        """Block (a test's or tool's thread, never the event loop) until the pool's state satisfies it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if predicate(self.status()):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with self._changed:
+                self._changed.wait(min(remaining, 0.5))  # state changes notify; the cap rechecks liveness
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _set_busy(self, delta: int) -> None:
+        with self._changed:
+            self._busy += delta
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Start the workers (process kind) and wait until they are up."""
@@ -150,11 +274,12 @@ class PlanPool:
         workers = await asyncio.gather(
             *(loop.run_in_executor(self._threads, self._spawn) for _ in range(self.size))
         )
+        self._baseline_bytes = max(w.baseline_bytes for w in workers)
         for w in workers:
             self._idle.put_nowait(w)
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, self.log_level)
+        worker = self.worker_factory()
         with self._lock:
             self._all.add(worker)
         return worker
@@ -164,64 +289,188 @@ class PlanPool:
             self._all.discard(worker)
         worker.kill()
 
+    def _respawn_in_background(self, worker: _Worker | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Kill `worker` (if any) and start its replacement off the event loop, retrying forever.
+
+        The first failed start marks the slot lost until a later attempt succeeds.
+        """
+        assert self._idle is not None
+        idle = self._idle
+        if worker is not None:
+            worker.proc.kill()
+
+        def respawn() -> None:
+            if worker is not None:
+                self._retire(worker)
+            attempt = 0
+            lost = False
+            while not self._closed:
+                try:
+                    fresh = self._spawn()
+                except RuntimeError:
+                    attempt += 1
+                    log.exception("could not start a replacement planning worker (attempt %d)", attempt)
+                    if not lost:
+                        lost = True
+                        with self._changed:
+                            self._lost += 1
+                            self._changed.notify_all()
+                        log.error("planning pool runs %d of %d slots", self.status().effective, self.size)
+                    time.sleep(min(2.0 ** (attempt - 1), self.respawn_backoff_max_s))
+                    continue
+                if self._closed:
+                    self._retire(fresh)
+                    return
+                if lost:
+                    with self._changed:
+                        self._lost -= 1
+                        self._changed.notify_all()
+                    log.info("planning pool slot restored after %d failed starts", attempt)
+                try:
+                    loop.call_soon_threadsafe(idle.put_nowait, fresh)
+                except RuntimeError:  # the loop is gone (shutdown)
+                    self._retire(fresh)
+                return
+
+        self._threads.submit(respawn)
+
+    def check_idle(self) -> int:
+        """Replace idle workers that died (in the background); returns how many were found dead.
+
+        Runs on the event loop: taking every idle worker and putting the live ones back
+        involves no await, so no request sees the queue half-scanned.
+        """
+        if self._idle is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        live: list[_Worker] = []
+        dead: list[_Worker] = []
+        while not self._idle.empty():
+            w = self._idle.get_nowait()
+            (live if w.alive() else dead).append(w)
+        for w in live:
+            self._idle.put_nowait(w)
+        for w in dead:
+            log.warning(
+                "idle planning worker %s died (exit code %s); replacing it", w.proc.pid, w.proc.exitcode
+            )
+            self._respawn_in_background(w, loop)
+        return len(dead)
+
+    # ------------------------------------------------------------------ planning
+
+    def too_large(self, job: PlanJob) -> dict[str, Any] | None:
+        """An immediate module-too-large answer when the estimate says the module cannot fit."""
+        if not self.memory_limit_bytes or not self.memory_per_input_byte:
+            return None
+        per_byte = self.memory_per_input_byte
+        if (job.input_format or detect_format(job.module)) == "json":
+            per_byte *= _JSON_MEMORY_RATIO
+        estimate = self._baseline_bytes + len(job.module) * per_byte
+        if estimate <= self.memory_limit_bytes:
+            return None
+        log.warning(
+            "module of %d bytes rejected: estimated %d MiB > worker limit %d MiB",
+            len(job.module),
+            estimate // 2**20,
+            self.memory_limit_bytes // 2**20,
+        )
+        return {"error": too_large_failure(self.memory_limit_bytes).as_dict()}
+
+    async def _acquire(self, deadline: float) -> _Worker:
+        """An idle worker that is alive, replacing dead ones first; PoolBusy at the deadline."""
+        assert self._idle is not None, "PlanPool.start() was not awaited"
+        loop = asyncio.get_running_loop()
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise PoolBusy
+            try:
+                worker = await asyncio.wait_for(self._idle.get(), remaining)
+            except TimeoutError:
+                raise PoolBusy from None
+            if worker.alive():
+                return worker
+            log.warning(
+                "idle planning worker %s died (exit code %s); replacing it before use",
+                worker.proc.pid,
+                worker.proc.exitcode,
+            )
+            self._retire(worker)
+            try:
+                return await loop.run_in_executor(self._threads, self._spawn)
+            except RuntimeError:
+                log.exception("could not start a replacement planning worker")
+                self._respawn_in_background(None, loop)  # keeps trying; the slot counts as lost
+                # and this request waits for another worker
+
     async def submit(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+        rejected = self.too_large(job)
+        if rejected is not None:
+            return rejected
         if self.kind == "thread":
             return await self._submit_thread(job, deadline_s)
-        assert self._idle is not None, "PlanPool.start() was not awaited"
-        try:
-            worker = await asyncio.wait_for(self._idle.get(), self.queue_timeout_s)
-        except TimeoutError:
-            raise PoolBusy from None
         loop = asyncio.get_running_loop()
+        queue_deadline = loop.time() + self.queue_timeout_s
+        while True:
+            worker = await self._acquire(queue_deadline)
+            try:
+                return await self._run_on(worker, job, deadline_s, loop)
+            except _NotDelivered:
+                log.warning("planning worker %s died before taking a job; trying another", worker.proc.pid)
+
+    async def _run_on(
+        self, worker: _Worker, job: PlanJob, deadline_s: float, loop: asyncio.AbstractEventLoop
+    ) -> dict[str, Any]:
+        assert self._idle is not None
         healthy = False
+        self._set_busy(+1)
         try:
             result = await loop.run_in_executor(self._threads, self._exchange, worker, job, deadline_s)
-            healthy = True
+            error = result.get("error")
+            healthy = not (error and error.get("kind") == KIND_TOO_LARGE)  # that worker exits
             return result
         except _Overrun:
             log.warning("plan overran its deadline of %.3f s; worker %s killed", deadline_s, worker.proc.pid)
             return _timeout_result(job)
+        except _OverMemory as err:
+            log.warning(
+                "plan used %d MiB, over the worker limit of %d MiB; worker %s killed",
+                err.rss // 2**20,
+                self.memory_limit_bytes // 2**20,
+                worker.proc.pid,
+            )
+            return {"error": too_large_failure(self.memory_limit_bytes).as_dict()}
         except (EOFError, OSError) as err:
             log.error("planning worker %s died (%s)", worker.proc.pid, type(err).__name__)
-            message = "the planning worker died while planning this module"
-            return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+            return _internal_result("the planning worker died while planning this module")
         finally:
+            self._set_busy(-1)
             if healthy:
                 self._idle.put_nowait(worker)
             elif not self._closed:
                 # Kill and respawn in the background so the answer is not delayed (also on cancel).
-                idle = self._idle
+                self._respawn_in_background(worker, loop)
 
-                def respawn() -> None:
-                    self._retire(worker)
-                    for attempt in range(5):
-                        if self._closed:
-                            return
-                        try:
-                            fresh = self._spawn()
-                        except RuntimeError:
-                            log.exception(
-                                "could not start a replacement planning worker (attempt %d)", attempt + 1
-                            )
-                            time.sleep(2**attempt)
-                            continue
-                        if self._closed:
-                            self._retire(fresh)
-                            return
-                        loop.call_soon_threadsafe(idle.put_nowait, fresh)
-                        return
-                    log.error("planning pool lost a worker for good; %d left", len(self._all))
-
-                worker.proc.kill()
-                self._threads.submit(respawn)
-
-    @staticmethod
-    def _exchange(worker: _Worker, job: PlanJob, deadline_s: float) -> dict[str, Any]:
-        worker.conn.send(job)
-        if not worker.conn.poll(deadline_s):
-            raise _Overrun
-        result: dict[str, Any] = worker.conn.recv()
-        return result
+    def _exchange(self, worker: _Worker, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+        try:
+            worker.conn.send(job)
+        except (BrokenPipeError, ConnectionResetError):
+            raise _NotDelivered from None
+        limit = self.memory_limit_bytes
+        end = time.monotonic() + deadline_s
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise _Overrun
+            if worker.conn.poll(min(remaining, _MEMORY_POLL_S) if limit else remaining):
+                result: dict[str, Any] = worker.conn.recv()
+                return result
+            if limit:
+                rss = resident_bytes(worker.proc.pid)
+                if rss is not None and rss > limit:
+                    worker.proc.kill()  # now, not after the answer is on its way
+                    raise _OverMemory(rss)
 
     async def _submit_thread(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
         assert self._slots is not None, "PlanPool.start() was not awaited"
@@ -230,9 +479,16 @@ class PlanPool:
         except TimeoutError:
             raise PoolBusy from None
         loop = asyncio.get_running_loop()
+        self._set_busy(+1)
         future = loop.run_in_executor(self._threads, run_plan_safely, job)
-        # The slot is released when the thread really finishes, so the bound holds.
-        future.add_done_callback(lambda _f: self._slots.release() if self._slots else None)
+
+        def done(_f: Any) -> None:
+            # The slot is released when the thread really finishes, so the bound holds.
+            self._set_busy(-1)
+            if self._slots is not None:
+                self._slots.release()
+
+        future.add_done_callback(done)
         try:
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
@@ -255,3 +511,4 @@ class PlanPool:
                 w.proc.join(2)
             w.conn.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self._notify()

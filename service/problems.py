@@ -41,11 +41,16 @@ PLANNING_CONFLICT = ProblemKind("planning-conflict", 422, "The device constraint
 VALIDATION_ERROR = ProblemKind("validation-error", 422, "The request does not match the schema")
 REQUEST_TOO_LARGE = ProblemKind("request-too-large", 413, "The request body is too large")
 SOLVER_TIMEOUT = ProblemKind("solver-timeout", 504, "Planning exceeded its time limit")
-OVERLOADED = ProblemKind("overloaded", 503, "No planning slot became free in time")
+OVERLOADED = ProblemKind("overloaded", 503, "The service is busy; retry after the Retry-After seconds")
+MODULE_TOO_LARGE = ProblemKind("module-too-large", 422, "The module needs more memory than a worker may use")
+UNAUTHORIZED = ProblemKind("unauthorized", 401, "A valid API key is required")
 NOT_READY = ProblemKind("not-ready", 503, "The service is not ready")
 NOT_FOUND = ProblemKind("not-found", 404, "Not found")
 METHOD_NOT_ALLOWED = ProblemKind("method-not-allowed", 405, "Method not allowed")
 INTERNAL_ERROR = ProblemKind("internal-error", 500, "Internal server error")
+
+# Seconds an `overloaded` answer asks the client to wait (Retry-After).
+RETRY_AFTER_S = 1
 
 ALL_KINDS = (
     MALFORMED_MODULE,
@@ -55,6 +60,8 @@ ALL_KINDS = (
     REQUEST_TOO_LARGE,
     SOLVER_TIMEOUT,
     OVERLOADED,
+    MODULE_TOO_LARGE,
+    UNAUTHORIZED,
     NOT_READY,
     NOT_FOUND,
     METHOD_NOT_ALLOWED,
@@ -66,6 +73,7 @@ _BY_FAILURE_KIND = {
     "invalid-config": INVALID_CONFIG,
     "planning-conflict": PLANNING_CONFLICT,
     "solver-timeout": SOLVER_TIMEOUT,
+    "module-too-large": MODULE_TOO_LARGE,
     "internal-error": INTERNAL_ERROR,
 }
 
@@ -81,7 +89,13 @@ class ProblemError(Exception):
 
 
 def problem_body(kind: ProblemKind, detail: str | None, instance: str | None, **extra: Any) -> dict[str, Any]:
+    """The problem+json object. A 500 carries only type, title, status and request id:
+    whatever detail it had goes to the log (with the request id), never to the client."""
     body: dict[str, Any] = {"type": kind.type, "title": kind.title, "status": kind.status}
+    if kind.status == 500:
+        if detail or extra:
+            log.error("internal error answered without detail: %s", detail, extra={"problem": kind.slug})
+        detail, instance, extra = None, None, {}
     if detail:
         body["detail"] = detail
     if instance:
@@ -137,7 +151,8 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
-        return problem_response(exc.kind, exc.detail, request.url.path, **exc.extra)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.kind is OVERLOADED else None
+        return problem_response(exc.kind, exc.detail, request.url.path, headers=headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -167,9 +182,7 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled exception on %s %s", request.method, request.url.path, exc_info=exc)
-        return problem_response(
-            INTERNAL_ERROR, "unexpected server error; see the server log", request.url.path
-        )
+        return problem_response(INTERNAL_ERROR)
 
 
 def problem_responses(*kinds: ProblemKind) -> dict[int | str, dict[str, Any]]:

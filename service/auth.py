@@ -1,0 +1,123 @@
+"""Optional API keys: bearer tokens checked in the middleware, before a body is read.
+
+Off unless `DEVPLAN_API_KEYS` (or `DEVPLAN_COMPILE_API_KEYS`) is set. Then every
+route needs `Authorization: Bearer <key>` except the public ones: health probes,
+the docs and schema, static pages (their own API calls carry the key) and
+`/metrics` unless `DEVPLAN_METRICS_REQUIRE_KEY=1`. `/compile` and `/artifacts`
+take the compile keys when those are set, the API keys otherwise. Tokens are
+compared with `hmac.compare_digest` against every configured key, so the time
+taken does not depend on where a guess first differs nor on which key matched.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from service.config import Settings
+
+SCHEME_NAME = "bearerAuth"
+
+# Paths that never need a key (exact) and prefixes of static pages.
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/explore", "/explore/"}
+)
+COMPILE_PREFIXES = ("/compile", "/artifacts")
+
+
+def _split_keys(value: str) -> tuple[bytes, ...]:
+    return tuple(k.strip().encode() for k in value.split(",") if k.strip())
+
+
+def _matches(token: bytes, keys: tuple[bytes, ...]) -> bool:
+    """Constant-time membership: every key is compared, no early exit."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(token, key)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class AccessPolicy:
+    """Which keys open which paths; `enabled` is False when no key is configured."""
+
+    api_keys: tuple[bytes, ...]
+    compile_keys: tuple[bytes, ...]
+    metrics_require_key: bool
+    static_prefixes: tuple[str, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings, static_prefixes: tuple[str, ...] = ()) -> AccessPolicy:
+        return cls(
+            api_keys=_split_keys(settings.api_keys.get_secret_value()),
+            compile_keys=_split_keys(settings.compile_api_keys.get_secret_value()),
+            metrics_require_key=settings.metrics_require_key,
+            static_prefixes=tuple(p.rstrip("/") + "/" for p in static_prefixes),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.api_keys or self.compile_keys)
+
+    def keys_for(self, path: str) -> tuple[bytes, ...] | None:
+        """The keys that open `path`; None when it is public."""
+        if not self.enabled or path in PUBLIC_PATHS:
+            return None
+        if path == "/metrics" and not self.metrics_require_key:
+            return None
+        if any(path.startswith(prefix) for prefix in self.static_prefixes):
+            return None
+        is_compile = any(path == p or path.startswith(p + "/") for p in COMPILE_PREFIXES)
+        if is_compile and self.compile_keys:
+            return self.compile_keys
+        # With only compile keys configured, the rest of the API stays open.
+        return self.api_keys or None
+
+    def allows(self, path: str, authorization: str | None) -> bool:
+        """Whether a request for `path` with this Authorization header may proceed."""
+        keys = self.keys_for(path)
+        if keys is None:
+            return True
+        token = bearer_token(authorization)
+        return token is not None and _matches(token, keys)
+
+
+def bearer_token(authorization: str | None) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token.encode("latin-1")
+
+
+def add_security_scheme(schema: dict[str, Any]) -> None:
+    """Declare the HTTP bearer scheme in an OpenAPI document so Swagger UI offers "Authorize".
+
+    Operations on public paths get `security: []`; the others accept the bearer
+    scheme or nothing (`{}`), since keys are optional and off by default, and
+    document the 401 problem.
+    """
+    schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes[SCHEME_NAME] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key (`DEVPLAN_API_KEYS`, or `DEVPLAN_COMPILE_API_KEYS` for /compile and "
+        "/artifacts). Needed only when the server sets keys; 401 `unauthorized` otherwise.",
+    }
+    unauthorized = {
+        "description": "A valid API key is required (`https://devplan.dev/problems/unauthorized`); "
+        "only when the server sets keys",
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for path, item in schema.get("paths", {}).items():
+        public = path in PUBLIC_PATHS
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            operation["security"] = [] if public else [{SCHEME_NAME: []}, {}]
+            if not public:
+                operation.setdefault("responses", {}).setdefault("401", unauthorized)
