@@ -108,11 +108,6 @@ def add_security_scheme(schema: dict[str, Any]) -> None:
         "description": "An API key (`DEVPLAN_API_KEYS`, or `DEVPLAN_COMPILE_API_KEYS` for /compile and "
         "/artifacts). Needed only when the server sets keys; 401 `unauthorized` otherwise.",
     }
-    unauthorized = {
-        "description": "A valid API key is required (`https://devplan.dev/problems/unauthorized`); "
-        "only when the server sets keys",
-        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-    }
     for path, item in schema.get("paths", {}).items():
         public = path in PUBLIC_PATHS
         for operation in item.values():
@@ -120,4 +115,13 @@ def add_security_scheme(schema: dict[str, Any]) -> None:
                 continue
             operation["security"] = [] if public else [{SCHEME_NAME: []}, {}]
             if not public:
-                operation.setdefault("responses", {}).setdefault("401", unauthorized)
+                operation.setdefault("responses", {}).setdefault("401", _unauthorized_response())
+
+
+def _unauthorized_response() -> dict[str, Any]:
+    """A fresh OpenAPI response object for 401 (fresh, so the YAML has no shared anchors)."""
+    return {
+        "description": "A valid API key is required (`https://devplan.dev/problems/unauthorized`); "
+        "only when the server sets keys",
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
