@@ -36,6 +36,7 @@ from relay.ast import (
 from relay.device import VirtualDevice
 from relay.traverse import children, not_primitive, post_order
 
+from .deadline import MASK, Deadline
 from .domains import Domain, DomainSystem
 from .shapes import FnShape, ShapeInfo, type_shape
 
@@ -76,8 +77,10 @@ class Collector:
         default: VirtualDevice,
         host: VirtualDevice,
         annotation_kinds: Mapping[int, str],
+        deadline: Deadline | None = None,
     ) -> None:
         self.module = module
+        self.deadline = deadline if deadline is not None else Deadline.never()
         self.functions = functions
         self.shapes = shapes
         self.ds = domains
@@ -230,12 +233,15 @@ class Collector:
     def _walk(self, root: Expr, seen: set[int]) -> None:
         stack: list[Expr] = [root]
         rules = self._RULES
+        deadline = self.deadline
         while stack:
             node = stack.pop()
             key = id(node)
             if key in seen:
                 continue
             seen.add(key)
+            if not len(seen) & MASK:
+                deadline.check("collect")
             t = type(node)
             if t is Call:
                 self._call(node)  # type: ignore[arg-type]
@@ -377,7 +383,9 @@ class Collector:
     def unify_free_on_devices(self) -> None:
         """Step 1: free `on_device` calls take their context's device where compatible."""
         roots = [func for _, func in self.functions if is_optimizable(func)]
-        for node in post_order(roots, enter=not_primitive):
+        for i, node in enumerate(post_order(roots, enter=not_primitive)):
+            if not i & MASK:
+                self.deadline.check("free on_device unification")
             if type(node) is Call and type(node.op) is Op and node.op.name == "on_device":
                 od = on_device_props(node)
                 if od is not None and not od.constrain_body and not od.constrain_result:
@@ -401,6 +409,8 @@ class Collector:
                 if key in seen:
                     continue
                 seen.add(key)
+                if not len(seen) & MASK:
+                    self.deadline.check("defaults")
                 if isinstance(node, Function):
                     if node.is_primitive:
                         continue

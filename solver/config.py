@@ -9,7 +9,8 @@ field the spec gives, else appends the completed spec.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ class PlanConfig:
     default_device: DeviceSpec = "cuda"
     host_device: DeviceSpec = "cpu"
     constraints: tuple[Mapping[str, Any], ...] = ()
+    # A deadline: the planner's walks check it cooperatively and Z3 gets what is
+    # left; past it, `plan` raises SolverTimeout.
     timeout_ms: int = 10_000
     # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
     # the tests run it, requests may ask for it).
@@ -63,6 +66,9 @@ class PlanConfig:
     cost_table: Mapping[str, Any] | None = None
     # what a symbolic dimension (`?`) counts as in costs and budgets
     assume_dim: int = 1
+    # The clock `timeout_ms` is measured on (seconds, monotonic); tests inject
+    # one to expire the deadline deterministically.
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ class PlanningConflict(RelayError):
 
 
 class SolverTimeout(Exception):
-    """Z3 answered `unknown` (time limit or resource limit); never reported as a plan."""
+    """The planner's deadline passed (`reason` "deadline") or Z3 answered
+    `unknown` (time or resource limit); never reported as a plan."""
 
     def __init__(self, message: str, reason: str = "timeout") -> None:
         super().__init__(message)

@@ -35,6 +35,7 @@ from relay.ast import (
 )
 from relay.device import VirtualDevice, device_name
 
+from .deadline import Deadline
 from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
 from .solve import _Codes
@@ -196,7 +197,9 @@ def _unsat_core(facts: list[tuple[int, _Fact]], timeout_ms: int) -> list[int]:
         return v
 
     solver = z3.Solver(ctx=ctx)
-    solver.set("timeout", max(1, int(timeout_ms)))
+    # One time budget for the whole explanation, not one per check.
+    deadline = Deadline(max(1, int(timeout_ms)))
+    solver.set("timeout", deadline.remaining_ms())
     for c, fact in facts:
         if fact[0] == "pin":
             _, elem, values = fact
@@ -214,6 +217,8 @@ def _unsat_core(facts: list[tuple[int, _Fact]], timeout_ms: int) -> list[int]:
     core = [c for c in cids if f"c{c}" in core_names]
     i = 0
     while i < len(core):
+        deadline.check("conflict explanation")
+        solver.set("timeout", deadline.remaining_ms())
         trial = core[:i] + core[i + 1 :]
         r = solver.check(*[lits[c] for c in trial])
         if r == z3.unsat:

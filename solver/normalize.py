@@ -32,6 +32,8 @@ from relay.ast import (
 from relay.device import VirtualDevice
 from relay.traverse import children, rewrite
 
+from .deadline import MASK, Deadline
+
 _FREE = VirtualDevice.unconstrained()
 
 
@@ -108,7 +110,9 @@ class InputConflictCrash(Exception):
 
 
 def copy_conflicting_inputs(
-    functions: list[tuple[GlobalVar, Function]], canonical: Callable[[VirtualDevice], VirtualDevice]
+    functions: list[tuple[GlobalVar, Function]],
+    canonical: Callable[[VirtualDevice], VirtualDevice],
+    deadline: Deadline | None = None,
 ) -> tuple[list[tuple[GlobalVar, Function]], int]:
     """TVM's ConflictedNodeFinder + ConflictedNodeRewriter over the given globals.
 
@@ -139,6 +143,8 @@ def copy_conflicting_inputs(
             if key in seen:
                 continue
             seen.add(key)
+            if deadline is not None and not len(seen) & MASK:
+                deadline.check("conflicting inputs")
             if isinstance(node, Call):
                 calls[key] = node
                 call_dev = records.setdefault(key, _FREE)

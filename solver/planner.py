@@ -41,6 +41,7 @@ from relay.traverse import children, free_vars, post_order, rewrite
 from .collect import Collector, is_optimizable
 from .config import PlanConfig, complete_spec, resolve_device, spec_text
 from .cost import CostReport
+from .deadline import Deadline
 from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict
 from .explain import explain_conflict, short_text
@@ -433,6 +434,7 @@ def normalise(
     functions: list[tuple[GlobalVar, Function]],
     feats: _Features,
     canonical: Callable[[VirtualDevice], VirtualDevice],
+    deadline: Deadline | None = None,
 ) -> list[tuple[GlobalVar, Function]]:
     """Step 2 (section 3): on_device normalisation, then the conflicting-inputs
     copies. Without annotations both are the identity and are skipped."""
@@ -441,22 +443,21 @@ def normalise(
     functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
     try:
         optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
-        rewritten, _ = copy_conflicting_inputs(optimizable, canonical)
+        rewritten, _ = copy_conflicting_inputs(optimizable, canonical, deadline)
     except InputConflictCrash as err:
         raise _crash_conflict(err) from None
     replaced = {gv.name: f for gv, f in rewritten}
     return [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
 
 
-def collect(
-    collector: Collector, request_pins: list[tuple[str, Any, VirtualDevice, int]], timeout_ms: int
-) -> None:
+def collect(collector: Collector, request_pins: list[tuple[str, Any, VirtualDevice, int]]) -> None:
     """Step 4: collect the hard constraints into the union-find (presolve);
-    a refused join becomes a PlanningConflict with a minimal explanation."""
+    a refused join becomes a PlanningConflict with a minimal explanation
+    (Z3 gets the time left before the collector's deadline)."""
     try:
         collector.collect(request_pins)
     except Incompatible as err:
-        raise explain_conflict(collector.ds, err, timeout_ms) from None
+        raise explain_conflict(collector.ds, err, collector.deadline.remaining_ms()) from None
 
 
 @dataclass
@@ -558,26 +559,29 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         now = time.perf_counter()
         times[phase] = round((now - clock) * 1000, 3)
         clock = now
+        deadline.check(phase)
 
     devices = resolve_devices(module, config)
+    deadline = Deadline(config.timeout_ms, config.clock)
+    deadline.check("start")
     functions, from_expr = module_functions(module)
     feats = _scan(functions)
     if feats.meta_refs:
         functions = _resolve_meta_refs(functions, devices.ref_table)
     ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
-    functions = normalise(functions, feats, ds.canonical)
+    functions = normalise(functions, feats, ds.canonical, deadline)
     functions, annotation_kinds = _apply_op_pins(functions, devices.pins)
     request_pins = _find_pins(functions, devices.pins)
-    shapes = infer_shapes(module, [f for _, f in functions])  # step 3
+    shapes = infer_shapes(module, [f for _, f in functions], deadline)  # step 3
     lap("infer")
 
     for gv, func in functions:
         for param in func.params:
             ds.param_owner[id(param)] = f"@{gv.name}"
     collector = Collector(
-        module, functions, shapes, ds, ds.canonical(devices.default), devices.host, annotation_kinds
+        module, functions, shapes, ds, ds.canonical(devices.default), devices.host, annotation_kinds, deadline
     )
-    collect(collector, request_pins, config.timeout_ms)
+    collect(collector, request_pins)
     lap("collect")
 
     defaults = choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
@@ -585,7 +589,7 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
 
     model: ModelResult | None = None
     if config.z3_check:
-        device_of, model = check_with_z3(ds, defaults, config.timeout_ms)
+        device_of, model = check_with_z3(ds, defaults, deadline.remaining_ms())
         lap("z3")
     else:
         device_of = presolved_devices(ds)

@@ -38,6 +38,7 @@ from relay.span import Span
 from relay.traverse import children, not_primitive, post_order
 
 from .collect import _SPECIAL_OPS, Collector
+from .deadline import MASK
 from .domains import Domain
 from .normalize import maybe_on_device
 
@@ -138,7 +139,10 @@ class Rewriter:
                     self.params[id(p)] = Var(
                         p.name, p.type_annotation, vd, span=p.span, checked_type=p.checked_type
                     )
-        for node in order:
+        deadline = self.c.deadline
+        for i, node in enumerate(order):
+            if not i & MASK:
+                deadline.check("rewrite")
             self.memo[id(node)] = self._rebuild(node)
         out = self.memo[id(func)]
         assert isinstance(out, Function)

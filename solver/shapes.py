@@ -39,6 +39,8 @@ from relay.ast import (
 )
 from relay.traverse import children
 
+from .deadline import MASK, Deadline
+
 
 @dataclass(frozen=True, slots=True)
 class FnShape:
@@ -112,14 +114,14 @@ def _bind_pattern(info: ShapeInfo, pattern: object, shape: Shape) -> None:
                     stack.append((p, type_shape(inp)))
 
 
-def infer_shapes(module: Module, roots: list[Expr]) -> ShapeInfo:
+def infer_shapes(module: Module, roots: list[Expr], deadline: Deadline | None = None) -> ShapeInfo:
     """Infer the shape of every expression reachable from `roots` (global
     function bodies in definition order, then the module expression)."""
     info = ShapeInfo()
     for gv, func in module.functions:
         info.globals[gv.name] = _function_signature(func)
     for root in roots:
-        _infer_from(info, root)
+        _infer_from(info, root, deadline)
     # Globals without a return type annotation: use the inferred body shape.
     for gv, func in module.functions:
         sig = info.globals[gv.name]
@@ -131,7 +133,7 @@ def infer_shapes(module: Module, roots: list[Expr]) -> ShapeInfo:
     return info
 
 
-def _infer_from(info: ShapeInfo, root: Expr) -> None:
+def _infer_from(info: ShapeInfo, root: Expr, deadline: Deadline | None) -> None:
     # Pre-order pass: bind parameter shapes before their uses are reached.
     stack: list[tuple[Expr, bool]] = [(root, False)]
     done = info.expr
@@ -146,6 +148,8 @@ def _infer_from(info: ShapeInfo, root: Expr) -> None:
         if id(node) in done:
             continue
         done[id(node)] = None  # placeholder, also marks "in progress"
+        if deadline is not None and not len(done) & MASK:
+            deadline.check("infer")
         stack.append((node, True))
         if isinstance(node, Function):
             for p in node.params:
