@@ -93,6 +93,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, help="uvicorn worker processes (DEVPLAN_WORKERS, default 1)")
     s.add_argument("--pool-size", type=int, help="concurrent plans per worker (DEVPLAN_POOL_SIZE)")
     s.add_argument(
+        "--max-body-bytes", type=int, help="largest request body, else 413 (DEVPLAN_MAX_BODY_BYTES, 32 MiB)"
+    )
+    s.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        help="body bytes held by requests in flight, else 503 (DEVPLAN_MAX_INFLIGHT_BYTES, 128 MiB)",
+    )
+    s.add_argument(
+        "--max-queued-requests",
+        type=int,
+        help="requests waiting beyond the busy slots, else 503 (DEVPLAN_MAX_QUEUED_REQUESTS, 64)",
+    )
+    s.add_argument(
+        "--max-connections",
+        type=int,
+        help="uvicorn's limit_concurrency backstop (DEVPLAN_MAX_CONNECTIONS, default from the bounds)",
+    )
+    s.add_argument(
+        "--worker-memory-bytes",
+        type=int,
+        help="resident memory per planning worker, else 422 module-too-large; 0: none "
+        "(DEVPLAN_WORKER_MEMORY_BYTES, 1 GiB)",
+    )
+    s.add_argument(
+        "--metrics-require-key",
+        action="store_true",
+        default=None,
+        help="/metrics needs an API key too (DEVPLAN_METRICS_REQUIRE_KEY); keys themselves come only "
+        "from DEVPLAN_API_KEYS / DEVPLAN_COMPILE_API_KEYS, never flags (they would show in ps)",
+    )
+    s.add_argument(
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug"),
         help="DEVPLAN_LOG_LEVEL (default info)",
@@ -259,6 +290,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "WORKERS": args.workers,
         "POOL_SIZE": args.pool_size,
         "LOG_LEVEL": args.log_level,
+        "MAX_BODY_BYTES": args.max_body_bytes,
+        "MAX_INFLIGHT_BYTES": args.max_inflight_bytes,
+        "MAX_QUEUED_REQUESTS": args.max_queued_requests,
+        "MAX_CONNECTIONS": args.max_connections,
+        "WORKER_MEMORY_BYTES": args.worker_memory_bytes,
+        "METRICS_REQUIRE_KEY": args.metrics_require_key,
     }
     for key, value in overrides.items():
         if value is not None:
@@ -285,6 +322,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=log_config(settings.log_level),
         access_log=False,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
+        limit_concurrency=settings.uvicorn_limit_concurrency,
     )
     return EXIT_OK
 
