@@ -378,10 +378,18 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
     """
     # The planner allocates millions of long-lived small objects on big
     # modules; the cyclic collector would rescan them over and over.
+    config = config or PlanConfig()
+    if config.mode not in ("tvm", "optimize"):
+        raise PlanConfigError(f"mode must be 'tvm' or 'optimize', got {config.mode!r}")
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _plan(module, config or PlanConfig())
+        if config.mode == "optimize":
+            # Imported here: the optimize mode is built from this module's steps.
+            from .optimize import plan_optimize
+
+            return plan_optimize(module, config)
+        return _plan(module, config)
     finally:
         if enabled:
             gc.enable()
