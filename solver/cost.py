@@ -62,7 +62,12 @@ DEFAULT_LINK_WITHIN = LinkProfile(gbps=20.0, latency_us=1.0)
 
 
 def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise PlanConfigError(f"{what} must be a non-negative number, got {value!r}")
     return float(value)
 
@@ -103,7 +108,9 @@ def link_profile(
     gbps = _number(given.get("gbps", base.gbps), f"links.{src}->{dst}.gbps")
     if gbps <= 0:
         raise PlanConfigError(f"links.{src}->{dst}.gbps must be positive")
-    return LinkProfile(gbps, _number(given.get("latency_us", base.latency_us), f"links.{src}->{dst}.latency_us"))
+    return LinkProfile(
+        gbps, _number(given.get("latency_us", base.latency_us), f"links.{src}->{dst}.latency_us")
+    )
 
 
 def check_link_names(links: Mapping[str, Any], names: Iterable[str]) -> None:
@@ -156,7 +163,7 @@ def dim_value(d: Any, assume_dim: int) -> tuple[int, bool]:
         return d, False
     if isinstance(d, IntImm):
         return d.value, False
-    if isinstance(d, AnyDim) or isinstance(d, str):
+    if isinstance(d, (AnyDim, str)):
         return assume_dim, True
     return assume_dim, True
 
@@ -362,13 +369,20 @@ def op_flops(
         transpose_a = bool(attrs.get("transpose_a", False))
         k = dim_value(first.shape[-2] if transpose_a else first.shape[-1], assume_dim)[0]
         return 2 * out_n * k
-    if name in ("nn.max_pool2d", "nn.avg_pool2d", "nn.max_pool3d", "nn.avg_pool3d", "nn.max_pool1d", "nn.avg_pool1d"):
+    if name in (
+        "nn.max_pool2d",
+        "nn.avg_pool2d",
+        "nn.max_pool3d",
+        "nn.avg_pool3d",
+        "nn.max_pool1d",
+        "nn.avg_pool1d",
+    ):
         pool = attrs.get("pool_size") or ()
         window = 1
         for p in pool if isinstance(pool, (tuple, list)) else (pool,):
             window *= int(p.value if isinstance(p, IntImm) else p)
         return out_n * window
-    if name.startswith("nn.global_") or name.startswith("nn.adaptive_") or name in (
+    if name.startswith(("nn.global_", "nn.adaptive_")) or name in (
         "sum",
         "mean",
         "max",
@@ -403,7 +417,11 @@ class DeviceCost:
     weight_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"operators": self.operators, "predicted_ms": self.predicted_ms, "weight_bytes": self.weight_bytes}
+        return {
+            "operators": self.operators,
+            "predicted_ms": self.predicted_ms,
+            "weight_bytes": self.weight_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -440,5 +458,5 @@ class CostReport:
         }
 
 
-def ns_to_ms(ns: int | float) -> float:
+def ns_to_ms(ns: float) -> float:
     return round(ns / 1e6, 6)
