@@ -34,9 +34,11 @@ from relay.ast import (
     Expr,
     Function,
     GlobalVar,
+    Let,
     Module,
     Op,
     TensorType,
+    TupleGetItem,
     TupleType,
     Type,
     Var,
@@ -150,8 +152,15 @@ class Sizes:
         self._keep: list[Expr] = []
 
     def run(self, roots: Sequence[Expr]) -> None:
-        for node in post_order(list(roots), enter=not_primitive):
-            self.bytes[id(node)] = self._size(node)
+        nodes = post_order(list(roots), enter=not_primitive)
+        # A let-bound variable of unknown type is as big as its value; values
+        # come before the bodies that use the variable in post-order.
+        binder = {id(n.value): n.var for n in nodes if isinstance(n, Let)}
+        for node in nodes:
+            size = self.bytes[id(node)] = self.bytes.get(id(node)) or self._size(node)
+            var = binder.get(id(node))
+            if var is not None and self.type_of(var) is None:
+                self.bytes[id(var)] = size
             self._keep.append(node)
 
     def of(self, expr: Expr) -> int:
@@ -173,6 +182,11 @@ class Sizes:
                     )
                 )
             return nbytes
+        if isinstance(node, TupleGetItem):
+            # Unknown projection: the whole tuple (an over-estimate, listed).
+            return self.bytes.get(id(node.tuple_value), 0)
+        if isinstance(node, relay.Tuple):
+            return sum(self.bytes.get(id(f), 0) for f in node.fields)
         if isinstance(node, Call):
             if isinstance(node.op, Op) and node.op.name == "on_device" and node.args:
                 return self.of(node.args[0])
