@@ -8,6 +8,7 @@ them (`verify`). No TVM import anywhere in this package.
 from . import op_attrs
 from .ast import (
     ANY,
+    UNKNOWN,
     AnyDim,
     Attrs,
     Call,
@@ -47,6 +48,7 @@ from .ast import (
     TypeCall,
     TypeData,
     TypeVar,
+    UnknownType,
     Var,
     device_copy,
     device_copy_props,
@@ -81,6 +83,7 @@ def dump_json(module: Module) -> str:
 
 __all__ = [
     "ANY",
+    "UNKNOWN",
     "AnyDim",
     "Attrs",
     "Call",
@@ -126,6 +129,7 @@ __all__ = [
     "TypeCall",
     "TypeData",
     "TypeVar",
+    "UnknownType",
     "Var",
     "VerifyError",
     "VirtualDevice",

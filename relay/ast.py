@@ -160,6 +160,16 @@ class IncompleteType(Type):
     kind: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownType(Type):
+    """The type of an expression that type inference cannot give: an operator
+    with no type relation, or anything that depends on one. `UNKNOWN` is the
+    one instance consumers compare against."""
+
+
+UNKNOWN = UnknownType()
+
+
 # --------------------------------------------------------------------------
 # Attributes
 
