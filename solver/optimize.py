@@ -784,7 +784,8 @@ def _z3_optimize(
     lines, soft, _, nvars = _encode(problem, weights, track=False)
     ctx = z3.Context()
     opt = z3.Optimize(ctx=ctx)
-    opt.set("timeout", max(1, deadline.remaining_ms() - 50))
+    # Half the time left: the rest is for the rewrite and the TVM-mode prediction.
+    opt.set("timeout", max(1, deadline.remaining_ms() // 2))
     opt.from_string("\n".join(lines + soft))
     result = opt.check()
     if result == z3.unsat:
@@ -856,14 +857,32 @@ def _budget_heuristic(
     the devices the relaxation overfills (Lagrangian style); its bound is the
     relaxation's optimum."""
     over = {d for d, _need, _budget in budget_violations(problem, relaxed)}
-    scale = 1
-    for _ in range(60):
+
+    def trial(scale: int) -> Solution | None:
         deadline.check("optimize")
-        _, trial = _cut(problem, weights, pair, {d: scale for d in over})
-        if not budget_violations(problem, trial):
-            return Solution(trial, evaluate(problem, weights, trial)[0], lower, "min-cut + budget")
-        scale *= 4
-    return None
+        _, assign = _cut(problem, weights, pair, {d: scale for d in over})
+        if budget_violations(problem, assign):
+            return None
+        return Solution(assign, evaluate(problem, weights, assign)[0], lower, "min-cut + budget")
+
+    low, high = 0, 1
+    best = trial(high)
+    while best is None and high < 1 << 120:
+        low, high = high, high * 4
+        best = trial(high)
+    # Refine: the smallest price that still fits usually moves the fewest classes.
+    for _ in range(16):
+        if best is None or high - low <= 1:
+            break
+        mid = (low + high) // 2
+        found = trial(mid)
+        if found is None:
+            low = mid
+        else:
+            high = mid
+            if found.objective < best.objective:
+                best = found
+    return best
 
 
 def budget_conflict(problem: Problem, built: _Built, ds: DomainSystem, timeout_ms: int) -> PlanningConflict:

@@ -121,7 +121,7 @@ def _free(problem: Problem) -> int:
 
 
 def _cases() -> list[Case]:
-    out = []
+    out: list[Case] = []
     seed = 0
     while len(out) < 100:
         out.append(_case(seed))
