@@ -1,4 +1,5 @@
-"""The `devplan` command: `devplan plan ...` (planning contract of issue 3) and `devplan serve`.
+"""The `devplan` command: `devplan plan ...` (planning contract of issue 3), `devplan profile`
+(the optimize mode's cost table, issue 11) and `devplan serve`.
 
 Exit codes of `devplan plan`: 0 planned; 1 usage or I/O error (bad flag or
 flag JSON, unreadable input, invalid device spec, a constraint selector that
@@ -14,7 +15,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import solver
 
 EXIT_OK = 0
 EXIT_USAGE = 1
@@ -86,6 +90,46 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("tvm", "optimize"),
+        default="tvm",
+        help="tvm (default): TVM PlanDevices' answer; optimize: minimise the predicted run time",
+    )
+    p.add_argument(
+        "--device-profiles",
+        metavar="FILE",
+        help='optimize: JSON {"cuda": {"peak_gflops": ..., "mem_gbps": ..., "launch_us": ..., '
+        '"memory_bytes": ...}, ...} overriding the built-in profiles',
+    )
+    p.add_argument(
+        "--op-support",
+        metavar="FILE",
+        help='optimize: JSON {"cuda": {"unsupported": ["nn.lrn", ...]}, ...}',
+    )
+    p.add_argument(
+        "--cost-table", metavar="FILE", help="optimize: measured kernel times from `devplan profile`"
+    )
+    p.add_argument(
+        "--memory-budget",
+        metavar="NAME=BYTES",
+        action="append",
+        default=[],
+        help="optimize: a device's memory budget, e.g. cuda=8GiB (B, KB/MB/GB, KiB/MiB/GiB; repeatable)",
+    )
+
+    r = sub.add_parser(
+        "profile", help="time every distinct operator of a module on the devices here (a cost table)"
+    )
+    r.add_argument("input", metavar="MODULE", help="path of a Relay module (text or TVM JSON), or -")
+    r.add_argument(
+        "--devices",
+        default="cpu",
+        metavar="NAMES",
+        help="comma-separated device names (default cpu; cuda is measured only where a GPU exists)",
+    )
+    r.add_argument("--output", metavar="TABLE.json", help="write the table here instead of stdout")
+    r.add_argument("--repeat", type=int, default=10, help="timed runs per kernel, median kept (default 10)")
 
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
     s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
@@ -135,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 # devplan plan
 
 
-def _parse_spec(text: str, flag: str) -> str | dict[str, Any]:
+def _parse_spec(text: str, flag: str) -> solver.DeviceSpec:
     """SPEC: a shorthand (`cpu`, `cuda:1`) or a JSON device object."""
     from pydantic import TypeAdapter, ValidationError
 
@@ -213,10 +257,91 @@ def _make_job(args: argparse.Namespace) -> Any:
         constraints=tuple(constraints),
         timeout_ms=args.timeout_ms,
         z3_check=args.z3_check,
+        **_optimize_options(args),
         output_format=args.output_format,
         explain=args.explain,
         name=name,
     )
+
+
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """`8GiB`, `512MiB`, `1.5GB`, `1000000` -> bytes (ValueError when it is none of those)."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _BYTE_UNITS:
+        raise ValueError(f"{text!r} is not a size (e.g. 8GiB, 512MiB, 2GB, 1000000)")
+    value = int(float(match.group(1)) * _BYTE_UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive size")
+    return value
+
+
+def _read_json_file(path: str, flag: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as err:
+        raise UsageError(f"{flag}: cannot read {path}: {err.strerror or err}") from None
+    return _load_json(text, flag)
+
+
+def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The optimize-mode fields of a job from the flags, validated by the
+    request model's own rules (so the CLI and /plan accept the same files)."""
+    from pydantic import ValidationError
+
+    from service.models import PlanRequest, optimize_to_plain
+
+    raw: dict[str, Any] = {"module": "", "mode": args.mode}
+    files = {
+        "--device-profiles": ("device_profiles", args.device_profiles),
+        "--op-support": ("op_support", args.op_support),
+        "--cost-table": ("cost_table", args.cost_table),
+    }
+    for flag, (field, path) in files.items():
+        if path is not None:
+            raw[field] = _read_json_file(path, flag)
+    budgets = raw.setdefault("device_profiles", {})
+    if not isinstance(budgets, dict):
+        raise UsageError("--device-profiles: expected a JSON object of device name -> profile")
+    for item in args.memory_budget:
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--memory-budget: expected NAME=BYTES, got {item!r}")
+        try:
+            nbytes = parse_bytes(size)
+        except ValueError as err:
+            raise UsageError(f"--memory-budget: {err}") from None
+        profile = budgets.setdefault(name.strip(), {})
+        if not isinstance(profile, dict):
+            raise UsageError(f"--device-profiles: the profile of {name.strip()} must be an object")
+        profile["memory_bytes"] = nbytes
+    try:
+        request = PlanRequest.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str(first.get("loc", ("",))[0])
+        flag = next((f for f, (name, _) in files.items() if name == field), "--mode")
+        raise UsageError(f"{flag}: {_first_error(err)}") from None
+    options = optimize_to_plain(request)
+    del options["z3_check"]  # its own flag
+    return options
 
 
 def _write_output(text: str, path: str | None) -> None:
@@ -271,6 +396,50 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _write_output(outcome.module, args.output)
     if args.explain and outcome.explanation:
         sys.stderr.write("\n".join(outcome.explanation) + "\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# devplan profile
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure the module's distinct kernels; write the cost table (JSON)."""
+    from service.planning import PlanFailure, PlanJob, parse_module
+
+    if args.repeat <= 0:
+        raise UsageError("--repeat: must be a positive number")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not devices:
+        raise UsageError("--devices: name at least one device (cpu, cuda, cuda:1)")
+    try:
+        from tvm_bridge.profile import profile
+    except ImportError:
+        raise UsageError("devplan profile needs TVM: pip install -e '.[tvm]'") from None
+    import relay
+
+    text, name = _read_input(args.input)
+    try:
+        module = parse_module(PlanJob(module=text, name=name))
+        result = profile(module, devices, repeat=args.repeat)
+    except PlanFailure as failure:
+        sys.stderr.write(failure.report.rstrip("\n") + "\n")
+        return EXIT_MALFORMED
+    except relay.RelayError as err:  # type inference rejected the module
+        sys.stderr.write(f"error: {err}\n")
+        return EXIT_MALFORMED
+    for note in result.missing:
+        sys.stderr.write(f"devplan: not measured: {note}\n")
+    for skip in result.skipped:
+        where = f"{skip.span.line}:{skip.span.column}" if skip.span is not None else "?:?"
+        on = f" on {skip.device}" if skip.device else ""
+        sys.stderr.write(f"devplan: skipped {skip.op} at {name}:{where}{on}: {skip.reason}\n")
+    if not result.devices:
+        raise UsageError(f"--devices: none of {', '.join(devices)} is present here")
+    _write_output(json.dumps(result.table(), indent=1), args.output)
+    sys.stderr.write(
+        f"devplan: {len(result.entries)} entries ({len(result.keys)} kernels x {', '.join(result.devices)})\n"
+    )
     return EXIT_OK
 
 
@@ -337,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "profile":
+            return cmd_profile(args)
         return cmd_serve(args)
     except UsageError as err:
         sys.stderr.write(f"devplan: error: {err}\n")

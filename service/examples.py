@@ -33,6 +33,44 @@ def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(4), float32]) {
 }
 """
 
+# A small mobilenet-like network: a convolutional backbone and a dense head.
+SMALL_CNN = """\
+#[version = "0.0.5"]
+def @main(%data: Tensor[(1, 3, 64, 64), float32], %w1: Tensor[(32, 3, 3, 3), float32], \
+%w2: Tensor[(32, 1, 3, 3), float32], %w3: Tensor[(64, 32, 1, 1), float32], \
+%fc_w: Tensor[(10, 64), float32], %fc_b: Tensor[(10), float32]) {
+  %0 = nn.conv2d(%data, %w1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %w2, padding=[1, 1, 1, 1], groups=32, channels=32, kernel_size=[3, 3]);
+  %3 = nn.relu(%2);
+  %4 = nn.conv2d(%3, %w3, padding=[0, 0, 0, 0], channels=64, kernel_size=[1, 1]);
+  %5 = nn.relu(%4);
+  %6 = nn.global_avg_pool2d(%5);
+  %7 = nn.batch_flatten(%6);
+  %8 = nn.dense(%7, %fc_w, units=10);
+  %9 = nn.bias_add(%8, %fc_b);
+  nn.softmax(%9)
+}
+"""
+
+# A classifier whose dense weight (4096 x 1024 float32, 16 MiB) is the bulk of the model.
+BIG_HEAD = """\
+#[version = "0.0.5"]
+def @main(%data: Tensor[(1, 1024), float32], %w: Tensor[(4096, 1024), float32], \
+%w2: Tensor[(10, 4096), float32]) {
+  %0 = nn.relu(%data);
+  %1 = nn.dense(%0, %w, units=4096);
+  %2 = nn.relu(%1);
+  %3 = nn.dense(%2, %w2, units=10);
+  nn.softmax(%3)
+}
+"""
+
+HEAD_PINS = [
+    {"select": {"op": "nn.dense"}, "device": "cpu"},
+    {"select": {"op": "nn.softmax"}, "device": "cpu"},
+]
+
 PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     "plain": {
         "summary": "Plain module: everything defaults to cuda",
@@ -51,5 +89,42 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
         "description": "%x is declared on the cpu but annotated onto cuda: the answer is a "
         "planning-conflict problem listing both constraints with line and column.",
         "value": {"module": CONFLICT, "virtual_devices": ["cpu", "cuda"]},
+    },
+    "optimize_head_on_cpu": {
+        "summary": "Optimize: head pinned to cpu, backbone stays on cuda",
+        "description": "The classifier head (`nn.dense`, `nn.softmax`) is pinned to the cpu. In the TVM "
+        "mode a pin propagates to every producer, so the whole network would run on the cpu; "
+        '`mode: "optimize"` pins only the head\'s own computation, keeps the backbone on cuda and '
+        "copies once before the head. `cost` gives the predicted time against the TVM mode's.",
+        "value": {
+            "module": SMALL_CNN,
+            "default_device": "cuda",
+            "constraints": HEAD_PINS,
+            "mode": "optimize",
+            "explain": True,
+        },
+    },
+    "optimize_support_conflict": {
+        "summary": "Optimize: a pin against operator support (422)",
+        "description": "`nn.softmax` is pinned to cuda but `op_support` says cuda cannot run it: the answer "
+        "is a planning-conflict problem naming the pin and the support rule.",
+        "value": {
+            "module": SMALL_CNN,
+            "default_device": "cuda",
+            "constraints": [{"select": {"op": "nn.softmax"}, "device": "cuda"}],
+            "op_support": {"cuda": {"unsupported": ["nn.softmax"]}},
+            "mode": "optimize",
+        },
+    },
+    "optimize_budget": {
+        "summary": "Optimize: a memory budget moves the big layer to cpu",
+        "description": "cuda gets an 8 MiB budget (`device_profiles.cuda.memory_bytes`); the 16 MiB dense "
+        "weight cannot live there, so that layer runs on the cpu and the rest where it is fastest.",
+        "value": {
+            "module": BIG_HEAD,
+            "default_device": "cuda",
+            "device_profiles": {"cuda": {"memory_bytes": 8 * 1024 * 1024}},
+            "mode": "optimize",
+        },
     },
 }

@@ -74,6 +74,81 @@ def constraint_to_plain(c: DeviceConstraint) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------
+# Optimize mode (issue 11): operator support, device profiles, links, cost table
+
+# Device names in requests are the short names the responses use: "cpu", "cuda", "cuda:1".
+DeviceName = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class OpSupport(BaseModel):
+    """What one device cannot run: its operators are never placed there."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    unsupported: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        ..., max_length=4096, description='Operator names, e.g. ["nn.conv2d_transpose"].'
+    )
+
+
+class DeviceProfileIn(BaseModel):
+    """Overrides of one device's built-in roofline profile (any subset)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    peak_gflops: float | None = Field(None, gt=0, description="Peak compute rate, GFLOP/s.")
+    mem_gbps: float | None = Field(None, gt=0, description="Memory bandwidth, GB/s.")
+    launch_us: float | None = Field(None, ge=0, description="Per-kernel launch overhead, microseconds.")
+    memory_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="Memory budget: weights placed on the device plus its largest intermediate must fit.",
+    )
+
+
+class LinkIn(BaseModel):
+    """A copy between two devices: `bytes / gbps + latency_us`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    gbps: float | None = Field(None, gt=0, description="Bandwidth, GB/s.")
+    latency_us: float | None = Field(None, ge=0, description="Fixed latency per copy, microseconds.")
+
+
+class CostTableEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(
+        ..., max_length=65536, description="`solver.cost_key`: operator, argument types, attributes."
+    )
+    device: DeviceName
+    ns: float = Field(..., gt=0, description="Measured kernel time in nanoseconds.")
+
+
+class CostTableIn(BaseModel):
+    """Measured kernel times (`devplan profile`); they replace the roofline where present."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    version: Literal[1] = Field(..., description="Format version (1).")
+    entries: list[CostTableEntry] = Field(..., max_length=1_000_000)
+
+
+def optimize_to_plain(options: PlanRequest) -> dict[str, Any]:
+    """The optimize fields as PlanJob keyword arguments (plain data, unset overrides dropped)."""
+    return {
+        "mode": options.mode,
+        "z3_check": options.z3_check,
+        "op_support": {name: list(s.unsupported) for name, s in options.op_support.items()},
+        "device_profiles": {
+            name: p.model_dump(exclude_none=True) for name, p in options.device_profiles.items()
+        },
+        "links": {pair: link.model_dump(exclude_none=True) for pair, link in options.links.items()},
+        "cost_table": options.cost_table.model_dump() if options.cost_table is not None else None,
+        "assume_dim": options.assume_dim,
+    }
+
+
+# --------------------------------------------------------------------------
 # POST /plan
 
 
@@ -113,11 +188,43 @@ class PlanRequest(BaseModel):
     )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")
+
+    mode: Literal["tvm", "optimize"] = Field(
+        "tvm",
+        description='"tvm" (default): exactly TVM PlanDevices\' answer. "optimize": Z3 chooses the devices '
+        "that minimise the predicted run time (kernels plus copies); pins fix an expression's own "
+        "computation, not its producers, and copies are inserted where arguments live elsewhere.",
+    )
     z3_check: bool = Field(
         False,
         description="TVM mode: also check the plan with Z3. It cannot change the answer (TVM's rules fix "
         "it) and is most of a small plan's latency, so it is off by default; `solver.z3_checked` says "
         "whether it ran.",
+    )
+    op_support: dict[DeviceName, OpSupport] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Optimize mode: per device name, the operators it cannot run.",
+        examples=[{"cuda": {"unsupported": ["nn.lrn"]}}],
+    )
+    device_profiles: dict[DeviceName, DeviceProfileIn] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Optimize mode: per device name, overrides of the built-in llvm/cuda profile, "
+        "and memory budgets (`memory_bytes`).",
+        examples=[{"cuda": {"peak_gflops": 20000, "mem_gbps": 2000, "memory_bytes": 8589934592}}],
+    )
+    links: dict[Annotated[str, Field(pattern=r"^[^>]+->[^>]+$", max_length=520)], LinkIn] = Field(
+        default_factory=dict,
+        max_length=4096,
+        description='Optimize mode: copy costs per "SRC->DST" device pair (one default for every pair).',
+        examples=[{"cpu->cuda": {"gbps": 12, "latency_us": 10}}],
+    )
+    cost_table: CostTableIn | None = Field(
+        None, description="Optimize mode: measured kernel times from `devplan profile`."
+    )
+    assume_dim: int = Field(
+        1, ge=1, le=1 << 30, description="Optimize mode: what a symbolic dimension (`?`) counts as."
     )
 
 
@@ -174,6 +281,40 @@ class SolverStats(BaseModel):
     )
 
 
+class DeviceCostOut(BaseModel):
+    operators: int = Field(..., description="Operator calls placed on the device.")
+    predicted_ms: float = Field(..., description="Predicted kernel time on the device.")
+    weight_bytes: int = Field(..., description="Weights (parameters and constants) placed there.")
+
+
+class EstimateOut(BaseModel):
+    """A guess the cost model made (unknown type, symbolic dimension), not a measurement."""
+
+    kind: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+
+class CostOut(BaseModel):
+    """Optimize mode: the plan's predicted cost (integer-ns model, sum of kernels and copies)."""
+
+    predicted_ms: float = Field(..., description="Predicted run time of the plan.")
+    tvm_mode_predicted_ms: float | None = Field(
+        None, description="The TVM mode's plan under the same model; null when it is infeasible."
+    )
+    tvm_mode_reason: str | None = Field(None, description="Why `tvm_mode_predicted_ms` is null.")
+    copies: int = Field(..., description="device_copy calls in the plan.")
+    bytes_copied: int
+    per_device: dict[str, DeviceCostOut]
+    optimal: bool = Field(..., description="Proven optimal (else the best plan found before the time limit).")
+    bound_ms: float = Field(..., description="Lower bound on the optimum (equals predicted_ms when optimal).")
+    solver_ms: float = Field(..., description="Time spent choosing the devices.")
+    estimates: list[EstimateOut] = Field(
+        default_factory=list, description="Every estimate, with its location."
+    )
+
+
 class PlanResponse(BaseModel):
     """The planned module and what the planner did."""
 
@@ -185,6 +326,7 @@ class PlanResponse(BaseModel):
     summary: PlanSummary
     solver: SolverStats
     explanation: list[str] | None = Field(None, description="Present when the request set explain=true.")
+    cost: CostOut | None = Field(None, description='Present in `mode: "optimize"`.')
 
 
 # --------------------------------------------------------------------------

@@ -75,6 +75,13 @@ class PlanJob:
     constraints: tuple[dict[str, Any], ...] = ()
     timeout_ms: int = 10_000
     z3_check: bool = False  # TVM mode: confirm the plan with Z3 (it cannot change it)
+    # Optimize mode (issue 11): the request's fields, as plain data.
+    mode: str = "tvm"
+    op_support: dict[str, list[str]] = field(default_factory=dict)
+    device_profiles: dict[str, dict[str, float]] = field(default_factory=dict)
+    links: dict[str, dict[str, float]] = field(default_factory=dict)
+    cost_table: dict[str, Any] | None = None
+    assume_dim: int = 1
     output_format: Format = "text"
     explain: bool = False
     name: str = "<request>"
@@ -129,6 +136,7 @@ class PlanOutcome:
     solver: dict[str, Any]
     explanation: list[str] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, Any] | None = None  # optimize mode: CostReport.to_json()
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -140,6 +148,8 @@ class PlanOutcome:
         }
         if self.explanation is not None:
             out["explanation"] = self.explanation
+        if self.cost is not None:
+            out["cost"] = self.cost
         return out
 
 
@@ -208,6 +218,12 @@ def build_config(job: PlanJob) -> Any:
             constraints=tuple(job.constraints),
             timeout_ms=job.timeout_ms,
             z3_check=job.z3_check,
+            mode=job.mode,
+            op_support=job.op_support,
+            device_profiles=job.device_profiles,
+            links=job.links,
+            cost_table=job.cost_table,
+            assume_dim=job.assume_dim,
         )
     except (solver.PlanConfigError, ValueError, TypeError) as err:
         message = str(err)
@@ -279,6 +295,7 @@ def run_plan(job: PlanJob) -> PlanOutcome:
             "time_ms": time_ms,
         },
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
+        cost=result.cost.to_json() if result.cost is not None else None,
     )
     if job.explain:
         outcome.explanation = explain_success(outcome)
@@ -339,6 +356,30 @@ def explain_success(outcome: PlanOutcome) -> list[str]:
         lines.append(f"device_copy at {where}: {copy['src']} -> {copy['dst']}")
     if not outcome.summary["device_copies"]:
         lines.append("no device_copy inserted")
+    if outcome.cost is not None:
+        lines.extend(cost_lines(outcome.cost))
+    return lines
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The cost table of an optimize-mode plan, for `--explain`."""
+    tvm_ms = cost.get("tvm_mode_predicted_ms")
+    tvm = f"{tvm_ms:.3f} ms" if tvm_ms is not None else f"n/a ({cost.get('tvm_mode_reason') or 'infeasible'})"
+    proof = "optimal" if cost["optimal"] else f"best found, bound {cost['bound_ms']:.3f} ms"
+    summary = (
+        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; TVM mode {tvm}); "
+        f"{cost['copies']} {'copy' if cost['copies'] == 1 else 'copies'}, {cost['bytes_copied']} bytes copied; "
+        f"solver {cost['solver_ms']:.1f} ms"
+    )
+    lines = [
+        summary,
+        f"{'device':<24} {'operators':>9} {'predicted ms':>13} {'weight bytes':>13}",
+    ]
+    for name, d in sorted(cost["per_device"].items()):
+        lines.append(f"{name:<24} {d['operators']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}")
+    for e in cost.get("estimates", ()):
+        where = f"{e['line']}:{e['column']}" if e.get("line") is not None else "?:?"
+        lines.append(f"estimate at {where}: {e['kind']}: {e['message']}")
     return lines
 
 

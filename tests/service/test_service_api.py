@@ -89,6 +89,79 @@ def test_cpu_annotation_example_inserts_one_copy(client: Any) -> None:
     assert body["summary"]["functions"]["@main"]["params"][0]["device"].startswith("cpu")
 
 
+def test_optimize_head_on_cpu_example_keeps_the_backbone_on_cuda(client: Any) -> None:
+    r = client.post("/plan", json=example("optimize_head_on_cpu"))
+    assert r.status_code == 200, r.text[:2000]
+    body = r.json()
+    cost = body["cost"]
+    assert 1 <= cost["copies"] <= 2 and len(body["summary"]["device_copies"]) == cost["copies"]
+    assert cost["per_device"]["cuda"]["operators"] > cost["per_device"]["cpu"]["operators"] >= 2
+    assert cost["optimal"] is True and cost["bound_ms"] <= cost["predicted_ms"]
+    assert cost["tvm_mode_predicted_ms"] is not None and cost["predicted_ms"] < cost["tvm_mode_predicted_ms"]
+    assert any(line.startswith("predicted ") for line in body["explanation"])
+    assert any(line.startswith("cuda ") for line in body["explanation"])
+    # The same request in the TVM mode: the pins pull the backbone onto the cpu, and no cost.
+    tvm = client.post("/plan", json={**example("optimize_head_on_cpu"), "mode": "tvm"}).json()
+    assert "cost" not in tvm
+    assert tvm["summary"]["expressions_by_device"].get("cpu", 0) > body["summary"][
+        "expressions_by_device"
+    ].get("cpu", 0)
+    # The output is its own fixed point in the TVM mode.
+    again = client.post("/plan", json={"module": body["module"], "default_device": "cuda"}).json()
+    assert again["module"] == body["module"]
+
+
+def test_optimize_support_conflict_example_names_pin_and_rule(client: Any) -> None:
+    r = client.post("/plan", json=example("optimize_support_conflict"))
+    body = assert_problem(r, 422, "planning-conflict")
+    kinds = {c["kind"] for c in body["constraints"]}
+    assert {"constraint #0", "operator support"} <= kinds, body["constraints"]
+    assert all(c["line"] == 13 for c in body["constraints"]), body["constraints"]
+
+
+def test_optimize_budget_example_respects_the_budget(client: Any) -> None:
+    request = example("optimize_budget")
+    budget = request["device_profiles"]["cuda"]["memory_bytes"]
+    r = client.post("/plan", json=request)
+    assert r.status_code == 200, r.text[:2000]
+    cost = r.json()["cost"]
+    assert cost["per_device"].get("cuda", {"weight_bytes": 0})["weight_bytes"] <= budget
+    assert cost["tvm_mode_predicted_ms"] is None and "budget" in cost["tvm_mode_reason"]
+    # Without the budget the big layer goes back to cuda.
+    free = client.post("/plan", json={**request, "device_profiles": {}}).json()["cost"]
+    assert free["per_device"]["cuda"]["weight_bytes"] > budget
+
+
+def test_optimize_fields_are_validated(client: Any) -> None:
+    base = {"module": PLAIN, "mode": "optimize"}
+    for bad in (
+        {"mode": "fastest"},
+        {"op_support": {"cuda": ["nn.relu"]}},
+        {"device_profiles": {"cuda": {"peak_gflops": -1}}},
+        {"device_profiles": {"cuda": {"colour": 1}}},
+        {"links": {"cpu-cuda": {"gbps": 1}}},
+        {"cost_table": {"version": 2, "entries": []}},
+        {"assume_dim": 0},
+    ):
+        assert_problem(client.post("/plan", json={**base, **bad}), 422, "validation-error")
+
+
+def test_cost_table_moves_an_operator(client: Any) -> None:
+    """A small relu is cheapest on the cpu under the roofline (cuda's launch
+    overhead dominates); a measured table that makes it slow there moves it."""
+    import solver
+
+    text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(64, 64), float32]) {\n  nn.relu(%x)\n}\n'
+    key = solver.cost_key("nn.relu", [relay.TensorType((64, 64), "float32")], None)
+    request = {"module": text, "mode": "optimize", "virtual_devices": ["cpu", "cuda"]}
+    before = client.post("/plan", json=request).json()["cost"]
+    assert set(before["per_device"]) == {"cpu"}
+    table = {"version": 1, "entries": [{"key": key, "device": "cpu", "ns": 10**9}]}
+    after = client.post("/plan", json={**request, "cost_table": table}).json()["cost"]
+    assert after["per_device"]["cuda"]["operators"] == 1 and "cpu" not in after["per_device"]
+    assert after["predicted_ms"] < 1000
+
+
 def test_conflict_example_explains_with_locations(client: Any) -> None:
     r = client.post("/plan", json=example("conflict"))
     body = assert_problem(r, 422, "planning-conflict")
@@ -403,6 +476,13 @@ def test_openapi_json_has_stable_operation_ids(client: Any) -> None:
     assert ops == {"plan", "compile", "get_artifact", "healthz", "readyz", "version", "metrics"}
     plan = schema["paths"]["/plan"]["post"]
     examples = plan["requestBody"]["content"]["application/json"]["examples"]
-    assert set(examples) == {"plain", "cpu_annotation", "conflict"}
+    assert set(examples) == {
+        "plain",
+        "cpu_annotation",
+        "conflict",
+        "optimize_head_on_cpu",
+        "optimize_support_conflict",
+        "optimize_budget",
+    }
     for status in ("400", "413", "422", "504"):
         assert PROBLEM_MEDIA_TYPE in plan["responses"][status]["content"], status

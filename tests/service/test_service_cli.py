@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import relay
-from service.cli import main
-from service.examples import CONFLICT, CPU_ANNOTATION, PLAIN
+from service.cli import main, parse_bytes
+from service.examples import BIG_HEAD, CONFLICT, CPU_ANNOTATION, HEAD_PINS, PLAIN, SMALL_CNN
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,6 +100,87 @@ def test_z3_check_flag_runs_the_check_and_keeps_the_plan(
     assert calls == [1] and checked == plain
 
 
+def test_optimize_mode_keeps_backbone_on_cuda_and_explains_cost(capsys: Any, write: Any) -> None:
+    path = write("cnn.relay", SMALL_CNN)
+    pins = [arg for pin in HEAD_PINS for arg in ("--constraint", json.dumps(pin))]
+    code, out, err = run_cli(capsys, "plan", path, *pins, "--mode", "optimize", "--explain")
+    assert code == 0, err
+    assert out.count("device_copy(") == 1
+    lines = err.splitlines()
+    summary = next(line for line in lines if line.startswith("predicted "))
+    assert "optimal" in summary and "1 copy," in summary
+    table = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("cpu ", "cuda "))}
+    assert int(table["cuda"][0]) > int(table["cpu"][0]) >= 2
+    # The TVM mode (default) with the same pins moves the backbone to the cpu and prints no cost.
+    code, tvm_out, err = run_cli(capsys, "plan", path, *pins, "--explain")
+    assert code == 0 and not any(line.startswith("predicted ") for line in err.splitlines())
+    assert tvm_out != out
+
+
+def test_memory_budget_and_files(capsys: Any, write: Any) -> None:
+    path = write("head.relay", BIG_HEAD)
+    code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--explain")
+    assert code == 0, err
+    cuda_free = next(line for line in err.splitlines() if line.startswith("cuda "))
+    assert int(cuda_free.split()[3]) > 8 * 2**20  # the big weight lives on cuda without a budget
+    code, out, err = run_cli(
+        capsys, "plan", path, "--mode", "optimize", "--memory-budget", "cuda=8MiB", "--explain"
+    )
+    assert code == 0, err
+    cuda = [line for line in err.splitlines() if line.startswith("cuda ")]
+    assert not cuda or int(cuda[0].split()[3]) <= 8 * 2**20
+    # The same budget from a --device-profiles file gives the same plan.
+    profiles = write("profiles.json", json.dumps({"cuda": {"memory_bytes": 8 * 2**20}}))
+    code, same, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--device-profiles", profiles)
+    assert code == 0 and same == out
+    # Operator support from a file: nothing may stay on cuda when cuda runs none of the operators.
+    ops = ["nn.relu", "nn.dense", "nn.softmax"]
+    support = write("support.json", json.dumps({"cuda": {"unsupported": ops}}))
+    code, out, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--op-support", support, "--explain")
+    assert code == 0, err
+    assert not any(line.startswith("cuda ") for line in err.splitlines())
+
+
+def test_cost_table_file_moves_an_operator(capsys: Any, write: Any) -> None:
+    import solver
+
+    text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(64, 64), float32]) {\n  nn.relu(%x)\n}\n'
+    path = write("relu.relay", text)
+    key = solver.cost_key("nn.relu", [relay.TensorType((64, 64), "float32")], None)
+    table = write(
+        "table.json", json.dumps({"version": 1, "entries": [{"key": key, "device": "cpu", "ns": 1e9}]})
+    )
+    code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--explain")
+    assert code == 0 and any(line.startswith("cpu ") for line in err.splitlines()), err
+    code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--cost-table", table, "--explain")
+    assert code == 0 and not any(line.startswith("cpu ") for line in err.splitlines()), err
+
+
+def test_optimize_conflict_exits_3(capsys: Any, write: Any) -> None:
+    path = write("cnn.relay", SMALL_CNN)
+    support = write("support.json", json.dumps({"cuda": {"unsupported": ["nn.softmax"]}}))
+    pin = json.dumps({"select": {"op": "nn.softmax"}, "device": "cuda"})
+    code, out, err = run_cli(
+        capsys, "plan", path, "--mode", "optimize", "--op-support", support, "--constraint", pin
+    )
+    assert code == 3 and out == ""
+    assert "operator support" in err and ":13:3" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("8GiB", 8 * 2**30), ("512MiB", 512 * 2**20), ("2GB", 2 * 10**9), ("1.5KiB", 1536), ("1000", 1000)],
+)
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "8 parsecs", "-1MiB", "0", "8XB"])
+def test_parse_bytes_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_bytes(text)
+
+
 def test_stdin_output_file_and_json_format(tmp_path: Path) -> None:
     out_file = tmp_path / "planned.json"
     r = devplan("plan", "-", "--output", str(out_file), "--output-format", "json", stdin=PLAIN)
@@ -172,6 +253,10 @@ def test_argparse_errors_exit_1(capsys: Any, argv: list[str]) -> None:
         ["--default-device", "tpu"],
         ["--constraint", '{"select": {"function": "@missing"}, "device": "cpu"}'],
         ["--constraint", '{"select": {"op": "nn.conv2d"}, "device": "cpu"}'],
+        ["--memory-budget", "cuda"],
+        ["--memory-budget", "cuda=lots"],
+        ["--mode", "optimize", "--device-profiles", "/nonexistent/profiles.json"],
+        ["--mode", "optimize", "--cost-table", "/dev/null"],
     ],
     ids=[
         "bad-json",
@@ -184,6 +269,10 @@ def test_argparse_errors_exit_1(capsys: Any, argv: list[str]) -> None:
         "unknown-device-type",
         "selector-matches-no-function",
         "selector-matches-no-op",
+        "budget-without-size",
+        "budget-not-a-size",
+        "profiles-unreadable",
+        "cost-table-empty",
     ],
 )
 def test_bad_flag_values_exit_1(capsys: Any, write: Any, flags: list[str]) -> None:

@@ -147,7 +147,9 @@ def test_swagger_ui_renders_offline_and_executes_an_example(browser: DevTools, s
     example_names = browser.wait_for(
         "Array.from(document.querySelectorAll('#operations-plan-plan .examples-select option')).map(o => o.textContent)"
     )
-    assert len(example_names) == 3, example_names
+    from service.examples import PLAN_EXAMPLES
+
+    assert example_names == [e["summary"] for e in PLAN_EXAMPLES.values()], example_names
     body = browser.evaluate("document.querySelector('#operations-plan-plan textarea.body-param__text').value")
     assert '"module"' in body and "def @main" in body
 

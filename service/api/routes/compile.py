@@ -29,7 +29,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import SettingsDep
-from service.models import PlanRequest, constraint_to_plain, spec_to_plain
+from service.models import PlanRequest, constraint_to_plain, optimize_to_plain, spec_to_plain
 from service.planning import KIND_INTERNAL, PlanFailure, PlanJob
 from service.problems import (
     INTERNAL_ERROR,
@@ -412,6 +412,7 @@ async def compile_module(
             "host_device": spec_to_plain(body.host_device),
             "constraints": tuple(constraint_to_plain(c) for c in body.constraints),
             "timeout_ms": timeout_ms,
+            **optimize_to_plain(body),
             "name": "<request>",
         },
         "targets": body.targets,

@@ -6,11 +6,18 @@ import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Body
+from fastapi.responses import JSONResponse
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.examples import PLAN_EXAMPLES
 from service.logs import current_request_id
-from service.models import PlanRequest, PlanResponse, constraint_to_plain, spec_to_plain
+from service.models import (
+    PlanRequest,
+    PlanResponse,
+    constraint_to_plain,
+    optimize_to_plain,
+    spec_to_plain,
+)
 from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
 from service.pool import PoolBusy
 from service.problems import (
@@ -44,9 +51,11 @@ _OUTCOME = {
     operation_id="plan",
     summary="Plan the devices of a Relay module",
     description="Parses the module (text or TVM JSON), decides a virtual device for every "
-    "sub-expression (TVM <= 0.19 PlanDevices semantics, solved with Z3), and returns the module "
-    "with `on_device` / `device_copy` made explicit. Conflicts come back as a 422 problem listing "
-    "the conflicting constraints with their source locations.",
+    "sub-expression, and returns the module with `on_device` / `device_copy` made explicit. "
+    '`mode: "tvm"` (default) gives exactly TVM <= 0.19 PlanDevices\' answer; `mode: "optimize"` lets Z3 '
+    "choose the devices that minimise the predicted run time under operator support and memory "
+    "budgets, and adds `cost` to the response. Conflicts come back as a 422 problem listing the "
+    "conflicting constraints (pins, support rules, budgets) with their source locations.",
     response_model=PlanResponse,
     response_model_exclude_none=True,
     responses=problem_responses(
@@ -65,7 +74,7 @@ async def plan(
     settings: SettingsDep,
     pool: PoolDep,
     metrics: MetricsDep,
-) -> PlanResponse:
+) -> JSONResponse:
     timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
     job = PlanJob(
         module=request.module,
@@ -75,7 +84,7 @@ async def plan(
         host_device=spec_to_plain(request.host_device),
         constraints=tuple(constraint_to_plain(c) for c in request.constraints),
         timeout_ms=timeout_ms,
-        z3_check=request.z3_check,
+        **optimize_to_plain(request),
         output_format=request.output_format,
         explain=request.explain,
         name="<request>",
@@ -102,4 +111,13 @@ async def plan(
         raise failure_to_problem(failure)
     metrics.plans.labels("ok").inc()
     metrics.solver_seconds.observe(timings.get("plan", 0.0) / 1000)
-    return PlanResponse.model_validate(result["ok"])
+    return plan_response(PlanResponse.model_validate(result["ok"]))
+
+
+def plan_response(response: PlanResponse) -> JSONResponse:
+    """The response body without absent optional fields, except inside `cost`,
+    whose nulls carry meaning (`tvm_mode_predicted_ms: null` with its reason)."""
+    content = response.model_dump(mode="json", exclude_none=True)
+    if response.cost is not None:
+        content["cost"] = response.cost.model_dump(mode="json")
+    return JSONResponse(content)
