@@ -30,6 +30,7 @@ import solver
 from relay import ast
 from relay.span import Span
 from relay.traverse import post_order
+from solver.optimize import module_types
 
 from .build import compile, timed_run
 from .check import random_inputs
@@ -107,7 +108,7 @@ def _static_tensors(ty: ast.Type) -> list[ast.TensorType] | None:
 def distinct_calls(module: ast.Module) -> tuple[list[CallKey], list[Skipped]]:
     """Every distinct kernel call of `module` (first occurrence order), by
     `solver.cost_key`, and the calls that cannot be keyed."""
-    types = relay.infer_types(module)
+    type_of, _ = module_types(module)  # the optimizer's own view of the types, so the keys agree
     found: dict[str, CallKey] = {}
     skipped: list[Skipped] = []
     roots: list[ast.Expr] = [func for _, func in module.functions]
@@ -117,8 +118,9 @@ def distinct_calls(module: ast.Module) -> tuple[list[CallKey], list[Skipped]]:
         if not (isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and _is_kernel(node.op.name)):
             continue
         name = node.op.name
-        arg_types = tuple(types.of(arg) for arg in node.args)
-        if any(_static_tensors(t) is None for t in arg_types):
+        found_types = [type_of(arg) for arg in node.args]
+        arg_types = tuple(t for t in found_types if t is not None)
+        if len(arg_types) < len(found_types) or any(_static_tensors(t) is None for t in arg_types):
             skipped.append(Skipped(name, "argument type not known or not static", node.span))
             continue
         key = solver.cost_key(name, arg_types, node.attrs)
