@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
-from . import ast as A
-from . import op_attrs
-from .device import Target, VirtualDevice
-from .ndarray_codec import NDArrayFormatError, ndarray_from_b64, ndarray_to_b64
-from .span import ParseError, RelayError, SourceText, Span
+from .. import ast as A
+from .. import op_attrs
+from ..device import Target, VirtualDevice
+from ..ndarray_codec import NDArrayFormatError, ndarray_from_b64, ndarray_to_b64
+from ..span import ParseError, RelayError, SourceText, Span
 
 logger = logging.getLogger(__name__)
 
@@ -1896,7 +1896,7 @@ def _collect_meta(
 
 def _print_order(root: A.Expr) -> Iterator[A.Expr]:
     """Functions before their bodies, other nodes after their operands."""
-    from .traverse import children
+    from ..traverse import children
 
     seen: set[int] = set()
     stack: list[tuple[A.Expr, bool]] = [(root, False)]
