@@ -838,3 +838,55 @@ def test_image_and_sampling_operators() -> None:
         (key, T(2, 3, dtype="int32"))
     )
     assert rel("nn.max_pool2d_grad", T(1, 3, 2, 2), T(1, 3, 4, 4), pool_size=(2, 2)) == T(1, 3, 4, 4)
+
+
+# ------------------------------------------------------------- robustness
+
+_dims = st.sampled_from([0, 1, 2, 3, 4, 16, ANY, "n", A.IntImm(4, "int64")])
+_tensors = st.builds(
+    A.TensorType,
+    st.lists(_dims, max_size=5).map(tuple),
+    st.sampled_from(["float32", "int32", "int64", "bool"]),
+)
+_types: st.SearchStrategy[A.Type] = st.one_of(
+    _tensors,
+    st.lists(_tensors, max_size=3).map(lambda fs: A.TupleType(tuple(fs))),
+    st.just(UNKNOWN),
+    st.builds(lambda a, r: A.FuncType((a,), r), _tensors, _tensors),
+)
+_ints = st.sampled_from([-4, -3, -2, -1, 0, 1, 2, 3])
+_attr_values = st.one_of(
+    _ints,
+    st.lists(_ints, max_size=6).map(tuple),
+    st.lists(st.lists(st.sampled_from([0, 1, 2]), min_size=2, max_size=2).map(tuple), max_size=5).map(tuple),
+    st.sampled_from(["NCHW", "NHWC", "HWIO", "NCHW16c", "", "both", "none", "ij,j->i", "x!"]),
+    st.booleans(),
+    st.none(),
+)
+
+
+def _arity(op: str) -> int:
+    with pytest.raises(RelationError, match=r"takes (\d+) argument") as info:
+        RELATIONS[op]((UNKNOWN,) * 12, {})
+    return int(info.value.message.split("takes ")[1].split()[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(RELATIONS)), st.data())
+def test_relations_raise_only_relation_errors(op: str, data: st.DataObject) -> None:
+    """Any argument types and attribute values: a type or a RelationError,
+    never another exception (the engine relies on it)."""
+    types = tuple(data.draw(_types) for _ in range(_arity(op)))
+    schema = relay.op_attrs.schema_for(op)
+    given_fields = []
+    if schema is not None:
+        for f in schema.fields:
+            if data.draw(st.booleans()):
+                given_fields.append((f.name, data.draw(_attr_values)))
+    attrs = complete_attrs(op, A.Attrs(tuple(given_fields), schema.type_key if schema else None)).as_dict()
+    try:
+        out = RELATIONS[op](types, attrs)
+    except RelationError as exc:
+        assert str(exc.message).startswith(f"{op}: ")
+        return
+    assert isinstance(out, A.Type)
