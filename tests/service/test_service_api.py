@@ -349,6 +349,7 @@ def test_unexpected_exception_is_a_500_problem_without_traceback(make_client: An
         r = c.get("/boom")
         body = assert_problem(r, 500, "internal-error")
         assert "secret internal detail" not in r.text
+        assert set(body) == {"type", "title", "status", "request_id"}  # the detail is in the log only
         assert body["request_id"] == r.headers["x-request-id"]
 
 
