@@ -12,6 +12,7 @@ from typing import Any
 
 from . import ast as A
 from .device import VirtualDevice
+from .traverse import children
 
 
 def structural_equal(a: A.Module | A.Expr, b: A.Module | A.Expr) -> bool:
@@ -114,6 +115,8 @@ class _Comparer:
         return True
 
     def exprs(self, pairs: list[tuple[A.Expr, A.Expr]]) -> bool:
+        """Walk the pairs in lockstep (each pair once): compare the two nodes'
+        own fields, bind their binders, then queue their children pairwise."""
         seen: set[tuple[int, int]] = set()
         stack = list(reversed(pairs))
         while stack:
@@ -122,90 +125,58 @@ class _Comparer:
             if key in seen:
                 continue
             seen.add(key)
-            if type(x) is not type(y):
+            if type(x) is not type(y) or not self.same_node(x, y):
                 return False
-            match x:
-                case A.Var():
-                    if not self.var_pair(x, y):  # type: ignore[arg-type]
-                        return False
-                case A.GlobalVar(name=name):
-                    if name != y.name:  # type: ignore[attr-defined]
-                        return False
-                case A.Op(name=name):
-                    if name != y.name:  # type: ignore[attr-defined]
-                        return False
-                case A.Constructor(name=name):
-                    if name != y.name:  # type: ignore[attr-defined]
-                        return False
-                case A.Constant(data=data, meta_index=index):
-                    if data != y.data or (data is None and index != y.meta_index):  # type: ignore[attr-defined]
-                        return False
-                case A.Call(op=op, args=args, attrs=attrs):
-                    assert isinstance(y, A.Call)
-                    if len(args) != len(y.args):
-                        return False
-                    op_name = op.name if isinstance(op, A.Op) else None
-                    if not _values_equal(_attrs_key(op_name, attrs), _attrs_key(op_name, y.attrs)):
-                        return False
-                    if (
-                        x.type_args
-                        and y.type_args
-                        and not all(_types_equal(p, q) for p, q in zip(x.type_args, y.type_args))
-                    ):
-                        return False
-                    stack.extend(reversed(list(zip(args, y.args))))
-                    stack.append((op, y.op))
-                case A.Function(params=params):
-                    assert isinstance(y, A.Function)
-                    if len(params) != len(y.params) or len(x.type_params) != len(y.type_params):
-                        return False
-                    if not _types_equal(x.ret_type, y.ret_type):
-                        return False
-                    if not _devices_equal(x.virtual_device, y.virtual_device):
-                        return False
-                    if not _values_equal(dict(x.attrs), dict(y.attrs)):
-                        return False
-                    if not all(self.bind(p, q) for p, q in zip(params, y.params)):
-                        return False
-                    stack.append((x.body, y.body))
-                case A.Let(var=var, value=value, body=body):
-                    assert isinstance(y, A.Let)
-                    if not self.bind(var, y.var):
-                        return False
-                    stack.append((body, y.body))
-                    stack.append((value, y.value))
-                case A.If():
-                    assert isinstance(y, A.If)
-                    stack.append((x.false_branch, y.false_branch))
-                    stack.append((x.true_branch, y.true_branch))
-                    stack.append((x.cond, y.cond))
-                case A.Tuple(fields=fields):
-                    if len(fields) != len(y.fields):  # type: ignore[attr-defined]
-                        return False
-                    stack.extend(reversed(list(zip(fields, y.fields))))  # type: ignore[attr-defined]
-                case A.TupleGetItem(tuple_value=t, index=i):
-                    if i != y.index:  # type: ignore[attr-defined]
-                        return False
-                    stack.append((t, y.tuple_value))  # type: ignore[attr-defined]
-                case A.RefCreate(value=v):
-                    stack.append((v, y.value))  # type: ignore[attr-defined]
-                case A.RefRead(ref=r):
-                    stack.append((r, y.ref))  # type: ignore[attr-defined]
-                case A.RefWrite(ref=r, value=v):
-                    stack.append((v, y.value))  # type: ignore[attr-defined]
-                    stack.append((r, y.ref))  # type: ignore[attr-defined]
-                case A.Match(data=data, clauses=clauses, complete=complete):
-                    assert isinstance(y, A.Match)
-                    if complete != y.complete or len(clauses) != len(y.clauses):
-                        return False
-                    for ca, cb in zip(clauses, y.clauses):
-                        if not self.patterns(ca.lhs, cb.lhs):
-                            return False
-                    stack.extend(reversed([(ca.rhs, cb.rhs) for ca, cb in zip(clauses, y.clauses)]))
-                    stack.append((data, y.data))
-                case _:
-                    return False
+            kx = children(x)
+            if kx:
+                stack.extend(zip(reversed(kx), reversed(children(y))))
         return True
+
+    def same_node(self, x: A.Expr, y: Any) -> bool:
+        """The fields of two nodes of one type, children excepted; binders are
+        matched here, before the children that use them are compared."""
+        match x:
+            case A.Var():
+                return self.var_pair(x, y)
+            case A.GlobalVar(name=name) | A.Op(name=name) | A.Constructor(name=name):
+                return bool(name == y.name)
+            case A.Constant(data=data, meta_index=index):
+                return bool(data == y.data and (data is not None or index == y.meta_index))
+            case A.Call(op=op, args=args, attrs=attrs):
+                if len(args) != len(y.args):
+                    return False
+                op_name = op.name if isinstance(op, A.Op) else None
+                if not _values_equal(_attrs_key(op_name, attrs), _attrs_key(op_name, y.attrs)):
+                    return False
+                return not (
+                    x.type_args
+                    and y.type_args
+                    and not all(_types_equal(p, q) for p, q in zip(x.type_args, y.type_args))
+                )
+            case A.Function(params=params):
+                return (
+                    len(params) == len(y.params)
+                    and len(x.type_params) == len(y.type_params)
+                    and _types_equal(x.ret_type, y.ret_type)
+                    and _devices_equal(x.virtual_device, y.virtual_device)
+                    and _values_equal(dict(x.attrs), dict(y.attrs))
+                    and all(self.bind(p, q) for p, q in zip(params, y.params))
+                )
+            case A.Let(var=var):
+                return self.bind(var, y.var)
+            case A.Tuple(fields=fields):
+                return len(fields) == len(y.fields)
+            case A.TupleGetItem(index=i):
+                return bool(i == y.index)
+            case A.If() | A.RefCreate() | A.RefRead() | A.RefWrite():
+                return True
+            case A.Match(clauses=clauses, complete=complete):
+                return (
+                    complete == y.complete
+                    and len(clauses) == len(y.clauses)
+                    and all(self.patterns(ca.lhs, cb.lhs) for ca, cb in zip(clauses, y.clauses))
+                )
+        return False
 
 
 def _types_equal(a: A.Type | None, b: A.Type | None) -> bool:

@@ -228,36 +228,28 @@ class _Printer:
         needs (looking through nested blocks). `root` itself is left for the
         caller to print inline when this is its only use."""
         inline_root = self.refcount.get(id(root), 0) <= 1
-        stack: list[tuple[A.Expr, bool]] = [(root, False)]
-        visiting: set[int] = set()
-        while stack:
-            node, expanded = stack.pop()
+        scope_of, spine_of, let_blocks, emitted = self.scope_of, self.spine_of, self.let_blocks, self.emitted
+
+        def enter(node: A.Expr) -> bool:
+            """Look inside nodes bound in this block or a nested one, not yet printed."""
             key = id(node)
-            if expanded:
-                if node is root and inline_root:
-                    continue
-                if self.scope_of.get(key) is scope and key not in self.emitted:
-                    if key in self.spine_of and key not in self.let_blocks:
-                        continue
-                    self.emitted.add(key)
-                    if isinstance(node, _OPENS_BLOCKS):
-                        text = yield self._render(node, scope)
-                    else:
-                        text = self._render_simple(node)
-                    lines.append(f"{self._graph_name(node)} = {text};")
+            if key in emitted or _is_atomic(node):
+                return False
+            where = spine_of[key] if key in spine_of and key not in let_blocks else scope_of.get(key)
+            return where is not None and where.depth >= scope.depth
+
+        for node in post_order(root, enter=enter):
+            key = id(node)
+            if (node is root and inline_root) or scope_of.get(key) is not scope or key in emitted:
                 continue
-            if key in visiting or key in self.emitted or _is_atomic(node):
+            if key in spine_of and key not in let_blocks:
                 continue
-            if key in self.spine_of and key not in self.let_blocks:
-                where = self.spine_of[key]
+            emitted.add(key)
+            if isinstance(node, _OPENS_BLOCKS):
+                text = yield self._render(node, scope)
             else:
-                where = self.scope_of.get(key)  # type: ignore[assignment]
-            if where is None or where.depth < scope.depth:
-                continue  # bound by an enclosing block already
-            visiting.add(key)
-            stack.append((node, True))
-            for kid in reversed(self.kids[key]):
-                stack.append((kid, False))
+                text = self._render_simple(node)
+            lines.append(f"{self._graph_name(node)} = {text};")
 
     def _ref(self, node: A.Expr, scope: _Scope, *, inline: bool = False) -> Generator[Any, Any, str]:
         """How `node` is written where it is used: an atomic form, its graph

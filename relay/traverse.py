@@ -2,13 +2,15 @@
 
 Programs can be hundreds of thousands of nodes deep (a chain of graph
 bindings is a chain of nested calls), so nothing here recurses. Every pass
-that walks expressions goes through `children`, `post_order` or `rewrite`.
+that walks expressions goes through `children`, `post_order` / `pre_order`
+(lists of nodes), `walk` (hooks before and after a node, and binder scopes)
+or `rewrite` (bottom-up rebuilding).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 
 from .ast import (
     Call,
@@ -28,6 +30,7 @@ from .ast import (
     Tuple,
     TupleGetItem,
     Var,
+    pattern_vars,
 )
 
 
@@ -134,11 +137,21 @@ def post_order(
     return order
 
 
-def pre_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> list[Expr]:
+def pre_order(
+    roots: Expr | Iterable[Expr],
+    *,
+    into_functions: bool = True,
+    enter: Callable[[Expr], bool] | None = None,
+    right_to_left: bool = False,
+    seen: set[int] | None = None,
+) -> list[Expr]:
     """Every node reachable from `roots`, each once, parents before children
-    (the first time a node is reached), children left to right."""
+    (the first time a node is reached), children left to right (or right to
+    left). `enter` as for `post_order`. `seen` (ids) is skipped and updated,
+    so several calls can share it to list each node of a program once."""
     order: list[Expr] = []
-    seen: set[int] = set()
+    if seen is None:
+        seen = set()
     root_list = [roots] if isinstance(roots, Expr) else list(roots)
     stack: list[Expr] = list(reversed(root_list))
     while stack:
@@ -149,8 +162,102 @@ def pre_order(roots: Expr | Iterable[Expr], *, into_functions: bool = True) -> l
         order.append(node)
         if not into_functions and isinstance(node, Function):
             continue
-        stack.extend(reversed(children(node)))
+        if enter is not None and not enter(node):
+            continue
+        stack.extend(children(node) if right_to_left else reversed(children(node)))
     return order
+
+
+# Stack entries of `walk`: what to do with the node (or binder) they carry.
+_VISIT, _POST, _BIND, _UNBIND = 0, 1, 2, 3
+
+
+def walk(
+    roots: Expr | Iterable[Expr],
+    *,
+    pre: Callable[[Expr], bool | None] | None = None,
+    post: Callable[[Expr], None] | None = None,
+    bind: Callable[[Expr, int], None] | None = None,
+    unbind: Callable[[Expr, int], None] | None = None,
+    use: Callable[[Var], None] | None = None,
+    kids: Callable[[Expr], Sequence[Expr]] = children,
+    done: Container[int] | None = None,
+) -> None:
+    """A depth-first walk with hooks, for passes that need more than a list of
+    nodes: scopes, or work both before and after a node's children.
+
+    Each node is visited once (the first time it is reached), in evaluation
+    order: `pre(node)` before its children (returning False skips them) and
+    `post(node)` after them. Binders come into scope where their scope
+    starts: `bind(node, i)` and, after the scope, `unbind(node, i)` bracket a
+    function's body (i = 0), a let's body, after its value (i = 0), and the
+    i-th clause of a match, after the matched value. `use(var)` is called
+    every time a local variable is reached, not only the first. `kids`
+    replaces `children` for nodes that bind nothing (e.g. to descend into
+    only an `if`'s condition); `done` holds ids of nodes to treat as visited
+    already (a memo of an enclosing scope).
+    """
+    seen: set[int] = set()
+    root_list = [roots] if isinstance(roots, Expr) else list(roots)
+    stack: list[tuple[int, Expr, int]] = [(_VISIT, r, 0) for r in reversed(root_list)]
+    push = stack.append
+    while stack:
+        action, node, index = stack.pop()
+        if action != _VISIT:
+            if action == _POST:
+                post(node)  # type: ignore[misc]
+            elif action == _BIND:
+                bind(node, index)  # type: ignore[misc]
+            else:
+                unbind(node, index)  # type: ignore[misc]
+            continue
+        if use is not None and type(node) is Var:
+            use(node)
+        key = id(node)
+        if key in seen or (done is not None and key in done):
+            continue
+        seen.add(key)
+        if post is not None:
+            push((_POST, node, 0))
+        if pre is not None and pre(node) is False:
+            continue
+        match node:
+            case Function(body=body):
+                if unbind is not None:
+                    push((_UNBIND, node, 0))
+                push((_VISIT, body, 0))
+                if bind is not None:
+                    push((_BIND, node, 0))
+            case Let(value=value, body=body):
+                if unbind is not None:
+                    push((_UNBIND, node, 0))
+                push((_VISIT, body, 0))
+                if bind is not None:
+                    push((_BIND, node, 0))
+                push((_VISIT, value, 0))
+            case Match(data=data, clauses=clauses):
+                for i in range(len(clauses) - 1, -1, -1):
+                    if unbind is not None:
+                        push((_UNBIND, node, i))
+                    push((_VISIT, clauses[i].rhs, 0))
+                    if bind is not None:
+                        push((_BIND, node, i))
+                push((_VISIT, data, 0))
+            case _:
+                for kid in reversed(kids(node)):
+                    push((_VISIT, kid, 0))
+
+
+def binders(node: Expr, index: int = 0) -> tuple[Var, ...]:
+    """The variables `walk`'s `bind(node, index)` brings into scope."""
+    match node:
+        case Function(params=params):
+            return params
+        case Let(var=var):
+            return (var,)
+        case Match(clauses=clauses):
+            return tuple(pattern_vars(clauses[index].lhs))
+    return ()
 
 
 def not_primitive(node: Expr) -> bool:
@@ -178,8 +285,6 @@ def rewrite(root: Expr, visit: Callable[[Expr, Expr], Expr], *, into_functions: 
 
 def free_vars(expr: Expr) -> list[Var]:
     """Local variables used in `expr` but not bound inside it, in first-use order."""
-    from .ast import pattern_vars
-
     bound: set[int] = set()
     for node in post_order(expr):
         match node:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import ast as A
 from .span import VerifyError
-from .traverse import children
+from .traverse import binders, walk
 
 
 def verify(module: A.Module) -> None:
@@ -41,64 +41,32 @@ class _Verifier:
     def check(self, root: A.Expr, *, free_ok: bool) -> None:
         """Walk `root` once, tracking which variables are in scope.
 
-        Scopes are tracked with bind/unbind events on an explicit stack; a
-        shared node is checked once, in the first scope that reaches it.
+        A shared node is checked once, in the first scope that reaches it;
+        every use of a variable is checked against the scope it is used in.
         """
         in_scope: dict[int, int] = {}  # id(var) -> nesting count
         bound_ever: set[int] = set()
-        free: set[int] = set()
-        done: set[int] = set()
-        stack: list[tuple[str, Any]] = [("visit", root)]
-        while stack:
-            action, item = stack.pop()
-            if action == "unbind":
-                for var in item:
-                    in_scope[id(var)] -= 1
-                continue
-            if action == "bind":
-                for var in item:
-                    if id(var) in bound_ever:
-                        raise VerifyError(f"variable %{var.name} is bound more than once", var.span)
-                    bound_ever.add(id(var))
-                    in_scope[id(var)] = in_scope.get(id(var), 0) + 1
-                continue
-            node: A.Expr = item
-            if isinstance(node, A.Var):
-                if in_scope.get(id(node), 0) <= 0:
-                    if id(node) in bound_ever:
-                        raise VerifyError(
-                            f"variable %{node.name} is used outside the scope that binds it", node.span
-                        )
-                    if not free_ok:
-                        raise VerifyError(f"unbound variable %{node.name}", node.span)
-                    free.add(id(node))
-                continue
-            if id(node) in done:
-                continue
-            done.add(id(node))
-            self.local_checks(node)
-            match node:
-                case A.Function(params=params, body=body):
-                    stack.append(("unbind", params))
-                    stack.append(("visit", body))
-                    stack.append(("bind", params))
-                    continue
-                case A.Let(var=var, value=value, body=body):
-                    stack.append(("unbind", (var,)))
-                    stack.append(("visit", body))
-                    stack.append(("bind", (var,)))
-                    stack.append(("visit", value))
-                    continue
-                case A.Match(data=data, clauses=clauses):
-                    for clause in reversed(clauses):
-                        bound = tuple(A.pattern_vars(clause.lhs))
-                        stack.append(("unbind", bound))
-                        stack.append(("visit", clause.rhs))
-                        stack.append(("bind", bound))
-                    stack.append(("visit", data))
-                    continue
-            for kid in reversed(children(node)):
-                stack.append(("visit", kid))
+
+        def bind(node: A.Expr, index: int) -> None:
+            for var in binders(node, index):
+                if id(var) in bound_ever:
+                    raise VerifyError(f"variable %{var.name} is bound more than once", var.span)
+                bound_ever.add(id(var))
+                in_scope[id(var)] = in_scope.get(id(var), 0) + 1
+
+        def unbind(node: A.Expr, index: int) -> None:
+            for var in binders(node, index):
+                in_scope[id(var)] -= 1
+
+        def use(var: A.Var) -> None:
+            if in_scope.get(id(var), 0) > 0:
+                return
+            if id(var) in bound_ever:
+                raise VerifyError(f"variable %{var.name} is used outside the scope that binds it", var.span)
+            if not free_ok:
+                raise VerifyError(f"unbound variable %{var.name}", var.span)
+
+        walk(root, pre=self.local_checks, bind=bind, unbind=unbind, use=use)
 
     def local_checks(self, node: A.Expr) -> None:
         match node:

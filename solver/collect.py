@@ -34,7 +34,7 @@ from relay.ast import (
     pattern_vars,
 )
 from relay.device import VirtualDevice
-from relay.traverse import children, not_primitive, post_order
+from relay.traverse import not_primitive, post_order, pre_order
 
 from .deadline import MASK, Deadline
 from .domains import Domain, DomainSystem
@@ -231,33 +231,22 @@ class Collector:
                 )
 
     def _walk(self, root: Expr, seen: set[int]) -> None:
-        stack: list[Expr] = [root]
+        """Apply each node's rule, parents first, each node once (`seen` is
+        shared between the globals); primitive functions are not entered.
+        The order (children right to left) decides which of several
+        conflicting constraints is refused first, so explanations depend on it."""
         rules = self._RULES
         deadline = self.deadline
-        while stack:
-            node = stack.pop()
-            key = id(node)
-            if key in seen:
-                continue
-            seen.add(key)
-            if not len(seen) & MASK:
+        for i, node in enumerate(pre_order(root, enter=not_primitive, right_to_left=True, seen=seen)):
+            if not i & MASK:
                 deadline.check("collect")
             t = type(node)
             if t is Call:
                 self._call(node)  # type: ignore[arg-type]
-                stack.append(node.op)  # type: ignore[attr-defined]
-                stack.extend(node.args)  # type: ignore[attr-defined]
-                continue
-            if t is Var or t is Op or t is GlobalVar:
                 continue
             rule = rules.get(t)
             if rule is not None:
                 rule(self, node)
-            if t is Function and node.is_primitive:  # type: ignore[attr-defined]
-                continue
-            for kid in children(node):
-                if id(kid) not in seen:
-                    stack.append(kid)
 
     def _call(self, call: Call) -> None:
         cd = self.callee_domain(call)
@@ -398,51 +387,33 @@ class Collector:
         """Step 2: TVM's DeviceDefaulter walk, globals in definition order."""
         ds = self.ds
         default = self.default
-        seen: set[int] = set()
-        for _, func in self.functions:
-            if not is_optimizable(func):
-                continue
-            stack: list[Expr] = [func]
-            while stack:
-                node = stack.pop()
-                key = id(node)
-                if key in seen:
+        roots = [func for _, func in self.functions if is_optimizable(func)]
+        for i, node in enumerate(pre_order(roots, enter=not_primitive)):
+            if not i & MASK:
+                self.deadline.check("defaults")
+            if isinstance(node, Function):
+                if node.is_primitive:
                     continue
-                seen.add(key)
-                if not len(seen) & MASK:
-                    self.deadline.check("defaults")
-                if isinstance(node, Function):
-                    if node.is_primitive:
-                        continue
-                    fd = self.dom(node)
-                    if not ds.is_fully_constrained(fd):
+                fd = self.dom(node)
+                if not ds.is_fully_constrained(fd):
+                    self.soft_count += 1
+                    ds.set_result_default_then_params(fd, default, ds.tag("default", node, hard=False))
+            elif isinstance(node, Call):
+                cd = self.callee_domain(node)
+                first = cd[0] if type(cd) is tuple and cd else None
+                if type(first) is int and all(x == first for x in cd):  # type: ignore[union-attr]
+                    # An operator's shared domain: result, then params, is one class.
+                    if not ds.device(first).is_fully_constrained:
                         self.soft_count += 1
-                        ds.set_result_default_then_params(fd, default, ds.tag("default", node, hard=False))
-                    stack.append(node.body)
-                    continue
-                if isinstance(node, Call):
-                    cd = self.callee_domain(node)
-                    first = cd[0] if type(cd) is tuple and cd else None
-                    if type(first) is int and all(x == first for x in cd):  # type: ignore[union-attr]
-                        # An operator's shared domain: result, then params, is one class.
-                        if not ds.device(first).is_fully_constrained:
-                            self.soft_count += 1
-                            ds.set_default(first, default, ds.tag("default", node, hard=False))
-                    elif not ds.is_fully_constrained(cd):
-                        self.soft_count += 1
-                        ds.set_result_default_then_params(cd, default, ds.tag("default", node, hard=False))
-                    stack.extend(reversed(node.args))
-                    stack.append(node.op)
-                    continue
-                if isinstance(node, Let):
-                    let_vd = ds.result_device(self.dom(node))
-                    if let_vd.is_fully_unconstrained:
-                        let_vd = default
-                    var_dom = self.dom(node.var)
-                    if not ds.is_fully_constrained(var_dom):
-                        self.soft_count += 1
-                        ds.set_default(var_dom, let_vd, ds.tag("let default", node, hard=False))
-                    stack.append(node.body)
-                    stack.append(node.value)
-                    continue
-                stack.extend(reversed(children(node)))
+                        ds.set_default(first, default, ds.tag("default", node, hard=False))
+                elif not ds.is_fully_constrained(cd):
+                    self.soft_count += 1
+                    ds.set_result_default_then_params(cd, default, ds.tag("default", node, hard=False))
+            elif isinstance(node, Let):
+                let_vd = ds.result_device(self.dom(node))
+                if let_vd.is_fully_unconstrained:
+                    let_vd = default
+                var_dom = self.dom(node.var)
+                if not ds.is_fully_constrained(var_dom):
+                    self.soft_count += 1
+                    ds.set_default(var_dom, let_vd, ds.tag("let default", node, hard=False))

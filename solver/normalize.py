@@ -30,7 +30,7 @@ from relay.ast import (
     on_device_props,
 )
 from relay.device import VirtualDevice
-from relay.traverse import children, rewrite
+from relay.traverse import children, rewrite, walk
 
 from .deadline import MASK, Deadline
 
@@ -97,6 +97,10 @@ def rewrite_on_devices(func: Function) -> Function:
     return out
 
 
+def _arguments(node: Expr) -> tuple[Expr, ...]:
+    return node.args if type(node) is Call else children(node)
+
+
 class InputConflictCrash(Exception):
     """TVM fails an internal check in the conflicting-inputs walk."""
 
@@ -120,7 +124,6 @@ def copy_conflicting_inputs(
     """
     records: dict[int, VirtualDevice] = {}
     conflicted: dict[int, Expr] = {}
-    seen: set[int] = set()
     calls: dict[int, Call] = {}
 
     def update(node: Expr, device: VirtualDevice) -> bool:
@@ -135,46 +138,37 @@ def copy_conflicting_inputs(
         records[key] = joined
         return True
 
-    for _, func in functions:
-        stack: list[Expr] = [func]
-        while stack:
-            node = stack.pop()
-            key = id(node)
-            if key in seen:
-                continue
-            seen.add(key)
-            if deadline is not None and not len(seen) & MASK:
-                deadline.check("conflicting inputs")
-            if isinstance(node, Call):
-                calls[key] = node
-                call_dev = records.setdefault(key, _FREE)
-                body_dev = call_dev
-                od = on_device_props(node)
-                dc = device_copy_props(node)
-                if od is not None and isinstance(od.virtual_device, VirtualDevice):
-                    if od.constrain_body:
-                        body_dev = od.virtual_device
-                    if od.constrain_result:
-                        call_dev = od.virtual_device
-                elif (
-                    dc is not None and isinstance(dc.src, VirtualDevice) and isinstance(dc.dst, VirtualDevice)
-                ):
-                    body_dev = dc.src
-                    call_dev = dc.dst
-                if not update(node, call_dev) and od is None:
-                    raise InputConflictCrash(
-                        node, "mismatched device of a call after iterating its arguments"
-                    )
-                for arg in node.args:
-                    if not update(arg, body_dev):
-                        conflicted[id(arg)] = arg
-                for arg in reversed(node.args):
-                    if id(arg) not in seen:
-                        stack.append(arg)
-            else:
-                for kid in reversed(children(node)):
-                    if id(kid) not in seen:
-                        stack.append(kid)
+    visited = 0
+
+    def record(node: Expr) -> None:
+        nonlocal visited
+        visited += 1
+        if deadline is not None and not visited & MASK:
+            deadline.check("conflicting inputs")
+        if type(node) is not Call:
+            return
+        key = id(node)
+        calls[key] = node
+        call_dev = records.setdefault(key, _FREE)
+        body_dev = call_dev
+        od = on_device_props(node)
+        dc = device_copy_props(node)
+        if od is not None and isinstance(od.virtual_device, VirtualDevice):
+            if od.constrain_body:
+                body_dev = od.virtual_device
+            if od.constrain_result:
+                call_dev = od.virtual_device
+        elif dc is not None and isinstance(dc.src, VirtualDevice) and isinstance(dc.dst, VirtualDevice):
+            body_dev = dc.src
+            call_dev = dc.dst
+        if not update(node, call_dev) and od is None:
+            raise InputConflictCrash(node, "mismatched device of a call after iterating its arguments")
+        for arg in node.args:
+            if not update(arg, body_dev):
+                conflicted[id(arg)] = arg
+
+    # TVM's finder visits a call's arguments, not its callee.
+    walk([f for _, f in functions], pre=record, kids=_arguments)
     for key in list(conflicted):
         node = conflicted[key]
         if isinstance(node, Call) and is_op(node.op, "on_device"):

@@ -35,7 +35,7 @@ from relay.ast import (
 )
 from relay.device import VirtualDevice, device_name
 from relay.span import Span
-from relay.traverse import children, not_primitive, post_order
+from relay.traverse import children, not_primitive, post_order, with_children
 
 from .collect import _SPECIAL_OPS, Collector
 from .deadline import MASK
@@ -191,8 +191,6 @@ class Rewriter:
             case If() | Tuple() | TupleGetItem() | RefCreate() | RefRead() | RefWrite():
                 self._count(self.dev(node))
                 kids = children(node)
-                from relay.traverse import with_children
-
                 return with_children(node, tuple(self.child_of(node, k) for k in kids))
         raise TypeError(f"cannot rewrite {type(node).__name__}")
 

@@ -37,7 +37,7 @@ from relay.ast import (
     Type,
     Var,
 )
-from relay.traverse import children
+from relay.traverse import walk
 
 from .deadline import MASK, Deadline
 
@@ -134,67 +134,30 @@ def infer_shapes(module: Module, roots: list[Expr], deadline: Deadline | None = 
 
 
 def _infer_from(info: ShapeInfo, root: Expr, deadline: Deadline | None) -> None:
-    # Pre-order pass: bind parameter shapes before their uses are reached.
-    stack: list[tuple[Expr, bool]] = [(root, False)]
+    """Shapes bottom-up; binders get theirs where their scope starts (parameters
+    from annotations, a let's variable from its value, pattern variables
+    from the matched value), before their uses are reached."""
     done = info.expr
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            if isinstance(node, (_LetBinder, _PatternBinder)):
-                _shape_of_node(info, node)
-            else:
-                done[id(node)] = _shape_of_node(info, node)
-            continue
-        if id(node) in done:
-            continue
-        done[id(node)] = None  # placeholder, also marks "in progress"
+
+    def bind(node: Expr, index: int) -> None:
+        match node:
+            case Function(params=params):
+                for p in params:
+                    info.var[id(p)] = type_shape(p.type_annotation)
+            case Let(var=var, value=value):
+                info.var[id(var)] = type_shape(var.type_annotation) or info.of(value)
+            case Match(data=data, clauses=clauses):
+                _bind_pattern(info, clauses[index].lhs, info.of(data))
+
+    def post(node: Expr) -> None:
+        done[id(node)] = _shape_of_node(info, node)
         if deadline is not None and not len(done) & MASK:
             deadline.check("infer")
-        stack.append((node, True))
-        if isinstance(node, Function):
-            for p in node.params:
-                info.var[id(p)] = type_shape(p.type_annotation)
-        elif isinstance(node, Let):
-            # The value is finished before the body; the binder's shape is set then.
-            stack.append((node.body, False))
-            stack.append((_LetBinder(node), True))  # type: ignore[arg-type]
-            stack.append((node.value, False))
-            continue
-        elif isinstance(node, Match):
-            for clause in reversed(node.clauses):
-                stack.append((clause.rhs, False))
-                stack.append((_PatternBinder(node, clause.lhs), True))  # type: ignore[arg-type]
-            stack.append((node.data, False))
-            continue
-        for kid in reversed(children(node)):
-            if id(kid) not in done:
-                stack.append((kid, False))
+
+    walk(root, post=post, bind=bind, done=done)
 
 
-class _LetBinder:
-    __slots__ = ("let",)
-
-    def __init__(self, let: Let) -> None:
-        self.let = let
-
-
-class _PatternBinder:
-    __slots__ = ("match", "pattern")
-
-    def __init__(self, match: Match, pattern: object) -> None:
-        self.match = match
-        self.pattern = pattern
-
-
-def _shape_of_node(info: ShapeInfo, node: object) -> Shape:
-    if isinstance(node, _LetBinder):
-        var = node.let.var
-        info.var[id(var)] = type_shape(var.type_annotation) or info.of(node.let.value)
-        return None
-    if isinstance(node, _PatternBinder):
-        _bind_pattern(info, node.pattern, info.of(node.match.data))
-        return None
-    assert isinstance(node, Expr)
+def _shape_of_node(info: ShapeInfo, node: Expr) -> Shape:
     if node.checked_type is not None:
         shape = type_shape(node.checked_type)
         if shape is not None:

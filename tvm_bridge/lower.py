@@ -6,11 +6,10 @@ becomes `R.to_vdevice`, `on_device` a `R.hint_on_device` where the value's
 device is not yet known (and nothing where it is), and each operator call
 goes through `ops.convert_map`.
 
-The walk over an expression is iterative (explicit stack), like
-`relay.traverse.post_order`, but it stops at `if` branches and function
-bodies: those are lowered in their own scopes (a branch's bindings belong
-inside the Relax `If`; a local function is inlined at each call with its
-parameters bound to the arguments). Nodes used several times (graph
+The walk over an expression (`relay.traverse.walk`) stops at `if` branches
+and function bodies: those are lowered in their own scopes (a branch's
+bindings belong inside the Relax `If`; a local function is inlined at each
+call with its parameters bound to the arguments). Nodes used several times (graph
 sharing) are lowered once per scope and reused.
 """
 
@@ -48,7 +47,7 @@ from relay.ast import (
 )
 from relay.device import DEVICE_TYPE_NAMES, VirtualDevice
 from relay.span import Span
-from relay.traverse import pre_order
+from relay.traverse import pre_order, walk
 
 from . import ops
 from .errors import BridgeError, UnsupportedConstruct, UnsupportedOperator
@@ -57,6 +56,22 @@ from .targets import TargetSpec, target_dict, target_map
 log = logging.getLogger(__name__)
 
 Memo = ChainMap[int, Any]  # id(node) -> lowered value, one child map per scope
+
+
+def _lowered_children(node: ast.Expr) -> tuple[ast.Expr, ...]:
+    """What `lower_expr` lowers before a node: an `if`'s condition (its
+    branches get scopes of their own), a call's arguments (and its callee when
+    that is a local variable), a tuple's fields, a projection's tuple."""
+    match node:
+        case If(cond=cond):
+            return (cond,)
+        case Call(op=op, args=args):
+            return (op, *args) if isinstance(op, Var) else args
+        case Tuple(fields=fields):
+            return fields
+        case TupleGetItem(tuple_value=t):
+            return (t,)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -369,40 +384,29 @@ class _Lowerer:
 
     def lower_expr(self, root: ast.Expr, memo: Memo) -> Any:
         """Lower `root` into the current block; returns its Relax value (or a
-        `_LocalFunction`). Iterative: an explicit stack of (node, phase)."""
-        VISIT, FINISH, BIND = 0, 1, 2
-        stack: list[tuple[ast.Expr, int]] = [(root, VISIT)]
-        while stack:
-            node, phase = stack.pop()
-            if phase == VISIT:
-                if id(node) in memo:
-                    continue
-                match node:
-                    case Var():
-                        raise BridgeError(f"unbound variable %{node.name}", node.span)
-                    case Let(value=value, body=body):
-                        stack += [(node, FINISH), (body, VISIT), (node, BIND), (value, VISIT)]
-                    case If(cond=cond):
-                        stack += [(node, FINISH), (cond, VISIT)]
-                    case Function():
-                        memo[id(node)] = _LocalFunction(node)
-                    case Call(op=op, args=args):
-                        stack.append((node, FINISH))
-                        stack.extend((a, VISIT) for a in reversed(args))
-                        if isinstance(op, Var):
-                            stack.append((op, VISIT))
-                    case Tuple(fields=fields):
-                        stack.append((node, FINISH))
-                        stack.extend((f, VISIT) for f in reversed(fields))
-                    case TupleGetItem(tuple_value=t):
-                        stack += [(node, FINISH), (t, VISIT)]
-                    case _:
-                        stack.append((node, FINISH))
-            elif phase == BIND:
-                assert isinstance(node, Let)
-                memo[id(node.var)] = memo[id(node.value)]
-            else:
+        `_LocalFunction`). Nodes already in `memo` (this or an enclosing
+        scope) are reused; `if` branches and function bodies are not entered."""
+
+        def pre(node: ast.Expr) -> bool:
+            match node:
+                case Var():
+                    raise BridgeError(f"unbound variable %{node.name}", node.span)
+                case Function():
+                    memo[id(node)] = _LocalFunction(node)
+                    return False
+                case Match():
+                    return False  # unsupported: `finish` says so before anything inside is lowered
+            return True
+
+        def bind(node: ast.Expr, index: int) -> None:
+            assert isinstance(node, Let)
+            memo[id(node.var)] = memo[id(node.value)]
+
+        def post(node: ast.Expr) -> None:
+            if not isinstance(node, Function):
                 memo[id(node)] = self.finish(node, memo)
+
+        walk(root, pre=pre, post=post, bind=bind, kids=_lowered_children, done=memo)
         return memo[id(root)]
 
     def tensor_value(self, value: Any, span: Span | None) -> relax.Expr:
