@@ -2,7 +2,8 @@
 
 Read and write the text format (`parse_text`, `print_text`) and TVM's JSON
 (`load_json`, `dump_json`), compare programs (`structural_equal`) and check
-them (`verify`). No TVM import anywhere in this package.
+them (`verify`), infer their types (`infer_types`). No TVM import anywhere
+in this package.
 """
 
 from . import op_attrs
@@ -59,6 +60,7 @@ from .ast import (
 )
 from .device import Target, VirtualDevice, device_name, device_type_name, parse_target, target_options
 from .equal import structural_equal
+from .infer import TypeInferenceError, Types, infer_types
 from .printer import print_text
 from .span import ParseError, RelayError, SourceText, Span, VerifyError
 from .text import parse_text
@@ -128,7 +130,9 @@ __all__ = [
     "Type",
     "TypeCall",
     "TypeData",
+    "TypeInferenceError",
     "TypeVar",
+    "Types",
     "UnknownType",
     "Var",
     "VerifyError",
@@ -142,6 +146,7 @@ __all__ = [
     "dump_json",
     "encode_meta_section",
     "free_vars",
+    "infer_types",
     "load_json",
     "on_device",
     "on_device_props",
