@@ -1538,6 +1538,69 @@ def _einsum(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     return TensorType(tuple(sizes[letter] for letter in output), fields[0].dtype)
 
 
+def _pairs(attrs: Attrs, name: str) -> tuple[tuple[int, int], ...]:
+    value = attrs.get(name)
+    if value is None or isinstance(value, MetaRef):
+        raise _Undetermined
+    out = []
+    for pair in value:
+        if len(pair) != 2:
+            raise ValueError(f"{name} entries must be pairs")
+        out.append((int(_value(pair[0])), int(_value(pair[1]))))
+    return tuple(out)
+
+
+def _space_batch(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    """nn.space_to_batch_nd / nn.batch_to_space_nd over the axes after the batch."""
+    data = _tensor(op, types[0])
+    block = _ints(attrs, "block_shape") or ()
+    to_batch = op == "nn.space_to_batch_nd"
+    pads = _pairs(attrs, "paddings" if to_batch else "crops")
+    if len(pads) != len(block) or len(block) >= len(data.shape):
+        raise RelationError(f"{op}: {len(block)} block sizes, {len(pads)} pairs for rank {len(data.shape)}")
+    if any(b < 1 for b in block):
+        raise RelationError(f"{op}: block sizes must be positive, got {block}")
+    shape = list(data.shape)
+    area = math.prod(block)
+    shape[0] = D.mul(shape[0], area) if to_batch else D.floordiv(shape[0], area)
+    for i, (b, (before, after)) in enumerate(zip(block, pads), 1):
+        d = shape[i]
+        if to_batch:
+            shape[i] = D.floordiv(D.add(d, D.make(before + after, d)), b)
+        else:
+            shape[i] = D.sub(D.mul(d, b), D.make(before + after, d))
+    return TensorType(tuple(shape), data.dtype)
+
+
+def _sliding_window(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    data = _tensor(op, types[0])
+    axis = _int(attrs, "axis", 0) or 0
+    window = _ints(attrs, "window_shape") or ()
+    strides = _ints(attrs, "strides") or ()
+    if len(strides) != len(window) or axis < 0 or axis + len(window) > len(data.shape):
+        raise RelationError(
+            f"{op}: window {window} with strides {strides} does not fit rank {len(data.shape)}"
+        )
+    windows = tuple(
+        D.floordiv(D.add(D.sub(data.shape[axis + i], w - 1), s - 1), s)
+        for i, (w, s) in enumerate(zip(window, strides))
+    )
+    return TensorType(data.shape[:axis] + windows + window, data.dtype)
+
+
+def _fifo_buffer(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    data, buffer = _tensor(op, types[0]), _tensor(op, types[1], "buffer")
+    if len(data.shape) != len(buffer.shape):
+        raise RelationError(f"{op}: data has rank {len(data.shape)}, buffer {len(buffer.shape)}")
+    axis = D.normalize_axis(op, _int(attrs, "axis", 0) or 0, len(buffer.shape))
+    for i, (a, b) in enumerate(zip(data.shape, buffer.shape)):
+        if i != axis and not D.compatible(a, b):
+            raise RelationError(
+                f"{op}: data and buffer differ on axis {i} ({D.dim_text(a)} and {D.dim_text(b)})"
+            )
+    return buffer
+
+
 def _on_first(impl: _Impl, count: int) -> _Impl:
     """A QNN operator: the float relation on its first `count` arguments (the
     scales and zero points that follow do not change the type)."""
@@ -1696,6 +1759,9 @@ _RULES: Final[tuple[tuple[tuple[str, ...], int, _Impl], ...]] = (
     (("image.crop_and_resize",), 3, _crop_and_resize),
     (("nn.max_pool2d_grad", "nn.avg_pool2d_grad"), 2, _pool_grad),
     (("einsum",), 1, _einsum),
+    (("nn.space_to_batch_nd", "nn.batch_to_space_nd"), 1, _space_batch),
+    (("sliding_window",), 1, _sliding_window),
+    (("nn.fifo_buffer",), 2, _fifo_buffer),
 )
 
 

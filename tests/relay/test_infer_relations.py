@@ -890,3 +890,41 @@ def test_relations_raise_only_relation_errors(op: str, data: st.DataObject) -> N
         assert str(exc.message).startswith(f"{op}: ")
         return
     assert isinstance(out, A.Type)
+
+
+def _space_to_batch(
+    x: np.ndarray[Any, Any], block: tuple[int, ...], pads: tuple[tuple[int, int], ...]
+) -> Any:
+    """TensorFlow's space_to_batch_nd on an array, by padding, splitting and moving the block axes."""
+    rest = x.ndim - 1 - len(block)
+    padded = np.pad(x, ((0, 0), *pads, *((0, 0),) * rest))
+    split: list[int] = [padded.shape[0]]
+    for i, b in enumerate(block, 1):
+        split += [padded.shape[i] // b, b]
+    split += list(padded.shape[1 + len(block) :])
+    blocks = padded.reshape(split)
+    m = len(block)
+    order = (
+        [2 + 2 * i for i in range(m)]
+        + [0]
+        + [1 + 2 * i for i in range(m)]
+        + list(range(1 + 2 * m, blocks.ndim))
+    )
+    moved = blocks.transpose(order)
+    return moved.reshape((-1, *moved.shape[m + 1 :]))
+
+
+def test_space_batch_sliding_window_fifo() -> None:
+    x = zeros((2, 5, 6, 3))
+    block, pads = (2, 3), ((1, 0), (0, 3))
+    expected = _space_to_batch(x, block, pads).shape
+    got = rel("nn.space_to_batch_nd", T(*x.shape), block_shape=block, paddings=pads)
+    assert got == T(*expected)
+    back = rel("nn.batch_to_space_nd", got, block_shape=block, crops=pads)
+    assert back == T(*x.shape)
+    y = zeros((3, 10, 8))
+    view = np.lib.stride_tricks.sliding_window_view(y, (4, 3), axis=(1, 2))[:, ::2, ::3]
+    assert rel("sliding_window", T(*y.shape), axis=1, window_shape=(4, 3), strides=(2, 3)) == T(*view.shape)
+    assert rel("nn.fifo_buffer", T(1, 2, 3), T(1, 9, 3), axis=1) == T(1, 9, 3)
+    with pytest.raises(RelationError, match="differ on axis 2"):
+        rel("nn.fifo_buffer", T(1, 2, 3), T(1, 9, 4), axis=1)
