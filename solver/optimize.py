@@ -814,6 +814,44 @@ def _z3_optimize(
     return best
 
 
+def z3_confirm(problem: Problem, weights: Weights, solution: Solution, timeout_ms: int) -> int:
+    """Z3 checks a plan found without it (`z3_check`): the assignment meets
+    every hard constraint and budget of the encoding, and Z3's value of the
+    objective equals ours. (Proving a cut minimal is the flow's job: Z3 alone
+    cannot refute a better plan on a few hundred classes in reasonable time.)
+    Returns the number of Z3 variables."""
+    lines, soft, _, nvars = _encode(problem, weights, track=False)
+    terms = []
+    for line in soft:
+        clause = line[len("(assert-soft ") : line.rindex(" :weight")]
+        weight = line[line.rindex(":weight ") + len(":weight ") : -1]
+        terms.append(f"(ite {clause} 0 {weight})")
+    ctx = z3.Context()
+    checker = z3.Solver(ctx=ctx)
+    checker.set("timeout", max(1, timeout_ms))
+    checker.from_string(
+        "\n".join([*lines, "(declare-const obj Int)", f"(assert (= obj (+ 0 {' '.join(terms)})))"])
+    )
+    for c, d in enumerate(solution.assign):
+        if len(problem.allowed[c]) > 1:
+            checker.add(z3.Bool(f"b{c}_{d}", ctx))
+    result = checker.check()
+    if result == z3.unknown:
+        raise SolverTimeout(f"Z3 gave no answer checking the plan ({checker.reason_unknown()})")
+    if result == z3.unsat:
+        raise RuntimeError("internal error: Z3 finds the optimize plan inconsistent")
+    constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+    for c, ok in enumerate(problem.allowed):
+        if len(ok) == 1:
+            constant += problem.unary[c][ok[0]] * weights.per_ns + (0 if ok[0] == problem.pref[c] else 1)
+    value = checker.model().eval(z3.Int("obj", ctx)).as_long()
+    if value + constant != solution.objective:
+        raise RuntimeError(
+            f"internal error: Z3 values the plan at {value + constant}, not {solution.objective}"
+        )
+    return nvars
+
+
 def _relaxation_bound(problem: Problem, weights: Weights) -> int:
     """A lower bound: every class at its cheapest allowed device, no copies."""
     total = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
@@ -1013,6 +1051,11 @@ def optimize(module: Module, config: PlanConfig) -> Optimized:
     if solution is None:
         raise budget_conflict(problem, built, ds, deadline.remaining_ms())
     lap("solve")
+    z3_checked = solution.method.startswith("z3")
+    if config.z3_check and not z3_checked:
+        solution.variables = z3_confirm(problem, weights, solution, deadline.remaining_ms())
+        z3_checked = True
+        lap("z3")
 
     chosen = {problem.classes[c]: d for c, d in enumerate(solution.assign)}
     default_c = ds.canonical(devices.default)
@@ -1046,7 +1089,7 @@ def optimize(module: Module, config: PlanConfig) -> Optimized:
         soft_constraints=0,
         time_ms=times,
         nodes=len(ds.parent),
-        z3_checked=solution.method.startswith("z3"),
+        z3_checked=z3_checked,
     )
     result = PlanResult(
         module=out_module,

@@ -32,7 +32,7 @@ def _model(name: str) -> relay.Module:
 
 
 def _optimize(module: relay.Module, **fields: Any) -> solver.PlanResult:
-    return solver.plan(module, solver.PlanConfig(mode="optimize", **fields))
+    return solver.plan(module, solver.PlanConfig(mode="optimize", **{"z3_check": True, **fields}))
 
 
 def _tvm_fixed_point(result: solver.PlanResult, default: str = "cuda") -> None:

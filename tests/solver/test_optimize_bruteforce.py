@@ -102,6 +102,7 @@ def _case(seed: int) -> Case:
         op_support=support,
         device_profiles=profiles,
         timeout_ms=20_000,
+        z3_check=True,
     )
     return Case(seed, text, config, devices)
 

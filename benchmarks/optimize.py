@@ -1,0 +1,171 @@
+"""Optimize-mode benchmark (issue 11): end-to-end plan time, parsing excluded.
+
+Prints one row per case: total time (everything `solver.plan` does in
+optimize mode, including the TVM-mode prediction), the solve step alone,
+presolved classes, Z3 variables, the method that found and proved the
+optimum, and optimal or the gap to the bound. Targets on the 2-core machine:
+resnet50 <= 300 ms and densenet121 <= 1 s proven optimal, a 10k-operator DAG
+<= 5 s, 50k <= 30 s with the bound reported.
+
+    python benchmarks/optimize.py            # everything
+    python benchmarks/optimize.py --quick    # corpus models and the 10k DAG
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import relay
+import solver
+from relay.ast import Call, Expr, Function, GlobalVar, Module, TensorType, Var, on_device, op
+from relay.device import VirtualDevice, parse_target
+
+CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
+UNARY = ("exp", "negative", "nn.relu", "sigmoid", "tanh")
+BINARY = ("add", "multiply", "subtract")
+TARGETS = {
+    "<= 300 ms": ("resnet50",),
+    "<= 1 s": ("densenet121",),
+    "<= 5 s": ("dag 10000",),
+    "<= 30 s": ("dag 50000",),
+}
+
+
+def dag(n: int, seed: int = 0) -> Module:
+    """A wide random DAG of n elementwise operators over (256, 256) tensors;
+    5% of them pinned to the CPU (`on_device`, body only), so the cut between
+    the devices is not trivial. Built as an AST (no parsing, no recursion)."""
+    rng = random.Random(seed)
+    ty = TensorType((256, 256), "float32")
+    params = tuple(Var(f"p{i}", ty) for i in range(8))
+    cpu = VirtualDevice(1, 0, parse_target("llvm"))
+    values: list[Expr] = list(params)
+    used: set[int] = set()
+    for i in range(n):
+        window = values[-64:]
+        if rng.random() < 0.5:
+            args: tuple[Expr, ...] = (rng.choice(window),)
+            name = rng.choice(UNARY)
+        else:
+            args = (rng.choice(window), rng.choice(window))
+            name = rng.choice(BINARY)
+        used.update(id(a) for a in args)
+        call: Expr = Call(op(name), args)
+        if rng.random() < 0.05:
+            call = on_device(call, cpu, constrain_body=True, constrain_result=False)
+        values.append(call)
+    sinks = [v for v in values[len(params) :] if id(v) not in used]
+    body: Expr = sinks[0] if len(sinks) == 1 else relay.Tuple(tuple(sinks))
+    return Module(functions=((GlobalVar("main"), Function(params, body)),))
+
+
+def corpus(name: str) -> Callable[[], Module]:
+    def load() -> Module:
+        return relay.parse_text((CORPUS / f"{name}.relay").read_text())
+
+    return load
+
+
+def run(label: str, module: Module, fields: dict[str, Any], repeat: int) -> dict[str, Any]:
+    config = solver.PlanConfig(mode="optimize", timeout_ms=120_000, **fields)
+    times = []
+    result = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = solver.plan(module, config)
+        times.append((time.perf_counter() - start) * 1000)
+    assert result is not None and result.cost is not None
+    cost = result.cost
+    gap = (
+        "optimal"
+        if cost.optimal
+        else f"gap {cost.predicted_ms - cost.bound_ms:.3f} ms (bound {cost.bound_ms})"
+    )
+    return {
+        "case": label,
+        "ms": statistics.median(times),
+        "solve_ms": result.stats.time_ms.get("solve", 0.0),
+        "classes": cost.classes,
+        "z3_vars": cost.z3_variables,
+        "method": cost.method,
+        "result": gap,
+        "predicted_ms": cost.predicted_ms,
+        "tvm_ms": cost.tvm_mode_predicted_ms,
+        "copies": cost.copies,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="corpus models and the 10k DAG only")
+    args = parser.parse_args()
+    head = {"constraints": ({"select": {"op": "nn.dense"}, "device": "cpu"},)}
+    three = {"virtual_devices": ("cpu", "cuda", "cuda:1")}
+    cases: list[tuple[str, Callable[[], Module], dict[str, Any], int]] = [
+        ("resnet50", corpus("resnet50"), {}, 5),
+        ("resnet50, dense on cpu", corpus("resnet50"), head, 5),
+        (
+            "mobilenet, dense+softmax on cpu",
+            corpus("mobilenet"),
+            {
+                "constraints": (
+                    {"select": {"op": "nn.dense"}, "device": "cpu"},
+                    {"select": {"op": "nn.softmax"}, "device": "cpu"},
+                )
+            },
+            5,
+        ),
+        ("densenet121", corpus("densenet121"), {}, 3),
+        ("densenet121, dense on cpu", corpus("densenet121"), head, 3),
+        ("mlp, 3 devices (Z3)", corpus("mlp"), three, 3),
+        ("dag 10000", lambda: dag(10_000), {}, 1),
+    ]
+    if not args.quick:
+        cases.append(("dag 50000", lambda: dag(50_000), {}, 1))
+    rows = []
+    for label, load, fields, repeat in cases:
+        module = load()
+        rows.append(run(label, module, fields, repeat))
+        row = rows[-1]
+        sys.stderr.write(f"{label}: {row['ms']:.0f} ms\n")
+    header = (
+        "case",
+        "ms",
+        "solve_ms",
+        "classes",
+        "z3_vars",
+        "method",
+        "result",
+        "predicted_ms",
+        "tvm_ms",
+        "copies",
+    )
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join("---" for _ in header) + " |")
+    for row in rows:
+        cells = []
+        for key in header:
+            value = row[key]
+            cells.append(f"{value:.1f}" if isinstance(value, float) and key.endswith("ms") else str(value))
+        print("| " + " | ".join(cells) + " |")
+    for target, labels in TARGETS.items():
+        for label in labels:
+            found = next((r for r in rows if r["case"] == label), None)
+            if found is not None:
+                print(f"target {label} {target}: {found['ms']:.0f} ms, {found['result']}")
+
+
+if __name__ == "__main__":
+    main()
