@@ -1601,6 +1601,40 @@ def _fifo_buffer(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     return buffer
 
 
+def _dense_pack(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    """nn.contrib_dense_pack(data, weight packed as (N / n, K, n[, ...]))."""
+    data, weight = _tensor(op, types[0]), _tensor(op, types[1], "weight")
+    if len(data.shape) != 2 or len(weight.shape) not in (3, 4):
+        raise RelationError(f"{op}: needs 2-D data and a 3-D or 4-D packed weight")
+    units = D.mul(weight.shape[0], weight.shape[2])
+    return TensorType((data.shape[0], units), _dtype(attrs, "out_dtype", data.dtype))
+
+
+def _conv2d_backward_weight(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    """The weight gradient of a conv2d; TVM keeps the gradient's layout in
+    `data_layout`, the data's in `kernel_layout` and the result's in `out_layout`."""
+    grad, data = _tensor(op, types[0], "grad"), _tensor(op, types[1])
+    kernel_size = _dims_attr(attrs, "kernel_size")
+    if kernel_size is None or len(kernel_size) != 2:
+        raise RelationError(f"{op}: kernel_size must be given (2 values)")
+    grad_layout = D.layout(op, attrs.get("data_layout") or "NCHW")
+    data_layout = D.layout(op, attrs.get("kernel_layout") or "NCHW")
+    weight_layout = D.layout(op, attrs.get("out_layout") or "OIHW")
+    D.convertible(op, grad_layout, "NCHW")
+    D.convertible(op, data_layout, "NCHW")
+    D.convertible(op, weight_layout, "OIHW")
+    in_channels = data_layout.to_primal(op, data.shape)["C"]
+    out_channels = grad_layout.to_primal(op, grad.shape, "grad")["C"]
+    groups = _int(attrs, "groups", 1) or 1
+    channels = _dims_attr(attrs, "channels")
+    if D.same(in_channels, out_channels) and D.same(in_channels, groups) and channels:
+        per_group = D.floordiv(channels[0], groups)
+    else:
+        per_group = D.floordiv(in_channels, groups)
+    sizes = {"O": out_channels, "I": per_group, "H": kernel_size[0], "W": kernel_size[1]}
+    return TensorType(weight_layout.from_primal(sizes), _dtype(attrs, "out_dtype", grad.dtype))
+
+
 def _on_first(impl: _Impl, count: int) -> _Impl:
     """A QNN operator: the float relation on its first `count` arguments (the
     scales and zero points that follow do not change the type)."""
@@ -1762,6 +1796,9 @@ _RULES: Final[tuple[tuple[tuple[str, ...], int, _Impl], ...]] = (
     (("nn.space_to_batch_nd", "nn.batch_to_space_nd"), 1, _space_batch),
     (("sliding_window",), 1, _sliding_window),
     (("nn.fifo_buffer",), 2, _fifo_buffer),
+    (("nn.contrib_dense_pack",), 2, _dense_pack),
+    (("qnn.contrib_dense_pack",), 6, _on_first(_dense_pack, 2)),
+    (("nn.conv2d_backward_weight",), 2, _conv2d_backward_weight),
 )
 
 

@@ -928,3 +928,20 @@ def test_space_batch_sliding_window_fifo() -> None:
     assert rel("nn.fifo_buffer", T(1, 2, 3), T(1, 9, 3), axis=1) == T(1, 9, 3)
     with pytest.raises(RelationError, match="differ on axis 2"):
         rel("nn.fifo_buffer", T(1, 2, 3), T(1, 9, 4), axis=1)
+
+
+def test_dense_pack_and_conv2d_backward_weight() -> None:
+    assert rel("nn.contrib_dense_pack", T(4, 64), T(8, 64, 16)) == T(4, 128)
+    # the weight gradient has the shape of the weight a forward conv2d of data to grad would use
+    data, weight = T(2, 6, 9, 9), T(4, 6, 3, 3)
+    grad = rel("nn.conv2d", data, weight, padding=(1, 1, 1, 1))
+    assert grad == T(2, 4, 9, 9)
+    got = rel(
+        "nn.conv2d_backward_weight",
+        grad,
+        data,
+        kernel_size=(3, 3),
+        kernel_layout="NCHW",
+        padding=(1, 1, 1, 1),
+    )
+    assert got == weight
