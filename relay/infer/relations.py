@@ -1635,6 +1635,41 @@ def _conv2d_backward_weight(op: str, types: tuple[Type, ...], attrs: Attrs) -> T
     return TensorType(weight_layout.from_primal(sizes), _dtype(attrs, "out_dtype", grad.dtype))
 
 
+def _scan(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    """cumsum / cumprod: the data's shape along `axis`, flattened without one."""
+    data = _tensor(op, types[0])
+    dtype = _dtype(attrs, "dtype", data.dtype)
+    axis = _int(attrs, "axis")
+    if axis is not None:
+        D.normalize_axis(op, axis, len(data.shape))
+        return TensorType(data.shape, dtype)
+    return TensorType((D.product(data.shape),), dtype)
+
+
+def _argwhere(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    data = _tensor(op, types[0])
+    return TensorType((ANY, len(data.shape)), "int32")
+
+
+def _cross_entropy(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    x, y = _tensor(op, types[0], "predictions"), _tensor(op, types[1], "targets")
+    if not all(D.compatible(a, b) for a, b in zip(x.shape, y.shape)) or len(x.shape) != len(y.shape):
+        raise RelationError(f"{op}: predictions {type_text(x)} and targets {type_text(y)} differ")
+    return TensorType((), x.dtype)
+
+
+def _unravel_index(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    indices, shape = _tensor(op, types[0], "indices"), _tensor(op, types[1], "shape")
+    if len(shape.shape) != 1:
+        raise RelationError(f"{op}: shape must be 1-D, got {type_text(shape)}")
+    return TensorType(shape.shape + indices.shape[:1], indices.dtype)
+
+
+def _dyn_reshape(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    data = _tensor(op, types[0])
+    return TensorType((ANY,) * _dynamic_rank(op, types[1], "newshape"), data.dtype)
+
+
 def _on_first(impl: _Impl, count: int) -> _Impl:
     """A QNN operator: the float relation on its first `count` arguments (the
     scales and zero points that follow do not change the type)."""
@@ -1799,6 +1834,12 @@ _RULES: Final[tuple[tuple[tuple[str, ...], int, _Impl], ...]] = (
     (("nn.contrib_dense_pack",), 2, _dense_pack),
     (("qnn.contrib_dense_pack",), 6, _on_first(_dense_pack, 2)),
     (("nn.conv2d_backward_weight",), 2, _conv2d_backward_weight),
+    (("cumsum", "cumprod"), 1, _scan),
+    (("scatter_elements", "scatter_nd"), 3, _first_arg),
+    (("argwhere",), 1, _argwhere),
+    (("nn.cross_entropy", "nn.cross_entropy_with_logits"), 2, _cross_entropy),
+    (("unravel_index",), 2, _unravel_index),
+    (("dyn.reshape",), 2, _dyn_reshape),
 )
 
 

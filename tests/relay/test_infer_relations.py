@@ -945,3 +945,18 @@ def test_dense_pack_and_conv2d_backward_weight() -> None:
         padding=(1, 1, 1, 1),
     )
     assert got == weight
+
+
+def test_scans_scatters_and_data_dependent_shapes() -> None:
+    x = zeros((2, 3, 4))
+    assert rel("cumsum", T(*x.shape), axis=1) == T(*np.cumsum(x, axis=1).shape)
+    assert rel("cumprod", T(*x.shape)) == T(*np.cumprod(x).shape)
+    assert rel("cumsum", T(2, 3, dtype="int8"), dtype="int32") == T(6, dtype="int32")
+    assert rel("scatter_nd", T(4, 5), T(1, 3, dtype="int64"), T(3, 5)) == T(4, 5)
+    assert rel("argwhere", T(*x.shape)) == T(ANY, 3, dtype="int32")
+    assert rel("nn.cross_entropy", T(3, 5), T(3, 5)) == T()
+    indices = np.array([7, 11, 3])
+    assert rel("unravel_index", T(3, dtype="int64"), T(2, dtype="int64")) == T(
+        *np.array(np.unravel_index(indices, (4, 5))).shape, dtype="int64"
+    )
+    assert rel("dyn.reshape", T(6, 4), T(3, dtype="int64")) == T(ANY, ANY, ANY)
