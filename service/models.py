@@ -199,7 +199,7 @@ class PlanRequest(BaseModel):
         False,
         description="TVM mode: also check the plan with Z3. It cannot change the answer (TVM's rules fix "
         "it) and is most of a small plan's latency, so it is off by default; `solver.z3_checked` says "
-        "whether it ran.",
+        "whether it ran. Optimize mode: Z3 also confirms a plan the min-cut found.",
     )
     op_support: dict[DeviceName, OpSupport] = Field(
         default_factory=dict,
