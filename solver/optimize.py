@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,27 +71,20 @@ from .deadline import Deadline
 from .domains import DomainSystem
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
 from .explain import _constraint, short_text
-from .normalize import rewrite_on_devices
 from .optimize_flow import two_device_cut
 from .planner import (
+    Laps,
     PlanResult,
     PlanStats,
-    _apply_op_pins,
-    _find_pins,
-    _resolve_meta_refs,
-    _scan,
-    _targets,
     choose_defaults,
     collect,
-    module_functions,
-    normalise,
+    front,
     plan,
     presolved_devices,
     resolve_devices,
     rewrite_module,
 )
 from .rewrite import Rewriter
-from .shapes import infer_shapes
 
 log = logging.getLogger(__name__)
 
@@ -237,9 +229,10 @@ class CutCollector(Collector):
     """The TVM-mode collector, except that a primitive operator call is not
     unified with its tensor arguments: the edge is recorded as cuttable."""
 
-    def __init__(self, *args: Any, is_tensor: Callable[[Expr], bool], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.is_tensor = is_tensor
+        # Whether an argument's edge may be cut; set from the types before collecting.
+        self.is_tensor: Callable[[Expr], bool] = lambda e: True
         self.op_calls: list[Call] = []
         self.cut_edges: list[tuple[Call, Expr]] = []  # (operator call, argument looked through on_device)
 
@@ -986,32 +979,15 @@ def plan_optimize(module: Module, config: PlanConfig) -> PlanResult:
 
 
 def optimize(module: Module, config: PlanConfig) -> Optimized:
-    times: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(phase: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        times[phase] = round((now - clock) * 1000, 3)
-        clock = now
-        deadline.check(phase)
-
+    """Plan `module` in optimize mode; the result with its problem and solution."""
     if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
         raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
     devices = resolve_devices(module, config)
-    deadline = Deadline(config.timeout_ms, getattr(config, "clock", None) or time.monotonic)
-    functions, from_expr = module_functions(module)
-    feats = _scan(functions)
-    if feats.meta_refs:
-        functions = _resolve_meta_refs(functions, devices.ref_table)
-    ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
-    if feats.annotations:
-        # Section 3's normalisation, but no conflicting-inputs copies: pins do
-        # not reach producers here, so arguments never conflict.
-        functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
-    functions, annotation_kinds = _apply_op_pins(functions, devices.pins)
-    request_pins = _find_pins(functions, devices.pins)
-    shapes = infer_shapes(module, [f for _, f in functions], deadline)
+    deadline = Deadline(config.timeout_ms, config.clock)
+    lap = Laps(deadline)
+    times = lap.times
+    fr = front(module, config, deadline, copy_inputs=False, devices=devices)
+    functions, ds = fr.functions, fr.ds
     typed = dataclasses.replace(module, functions=tuple(functions), expr=None)
     type_of, notes = module_types(typed)
     sizes = Sizes(type_of, config.assume_dim)
@@ -1019,21 +995,10 @@ def optimize(module: Module, config: PlanConfig) -> Optimized:
     sizes.run([f for _, f in functions if is_optimizable(f)])
     lap("infer")
 
-    for gv, func in functions:
-        for param in func.params:
-            ds.param_owner[id(param)] = f"@{gv.name}"
-    collector = CutCollector(
-        module,
-        functions,
-        shapes,
-        ds,
-        ds.canonical(devices.default),
-        devices.host,
-        annotation_kinds,
-        deadline,
-        is_tensor=lambda e: _is_tensor(sizes, e),
-    )
-    collect(collector, request_pins)
+    collector = fr.collector(module, deadline, CutCollector)
+    assert isinstance(collector, CutCollector)
+    collector.is_tensor = lambda e: _is_tensor(sizes, e)
+    collect(collector, fr.request_pins)
     ds.logging = False
     lap("collect")
 
@@ -1073,7 +1038,7 @@ def optimize(module: Module, config: PlanConfig) -> Optimized:
         return found
 
     rewriter = Rewriter(collector, device_of)
-    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, from_expr)
+    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, fr.from_expr)
     lap("rewrite")
 
     _, ns, copies, nbytes = evaluate(problem, weights, solution.assign)
@@ -1211,25 +1176,15 @@ class _TvmPlan:
 
 
 def _tvm_presolve(module: Module, config: PlanConfig) -> _TvmPlan:
-    """The TVM mode's steps 1-6 (planner.py) without the rewrite: the collector
+    """The TVM mode's steps 1-5 (planner.py) without the rewrite: the collector
     and each class's device."""
-    devices = resolve_devices(module, config)
-    deadline = Deadline(config.timeout_ms)
-    functions, _ = module_functions(module)
-    feats = _scan(functions)
-    if feats.meta_refs:
-        functions = _resolve_meta_refs(functions, devices.ref_table)
-    ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
-    functions = normalise(functions, feats, ds.canonical, deadline)
-    functions, kinds = _apply_op_pins(functions, devices.pins)
-    request_pins = _find_pins(functions, devices.pins)
-    shapes = infer_shapes(module, [f for _, f in functions], deadline)
-    collector = Collector(
-        module, functions, shapes, ds, ds.canonical(devices.default), devices.host, kinds, deadline
-    )
-    collect(collector, request_pins)
-    choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
-    return _TvmPlan(collector, presolved_devices(ds), devices.table, devices.default, devices.host)
+    deadline = Deadline(config.timeout_ms, config.clock)
+    fr = front(module, config, deadline)
+    collector = fr.collector(module, deadline)
+    collect(collector, fr.request_pins)
+    choose_defaults(collector, fr.feats.free_on_device or any(p.kind == "op" for p in fr.devices.pins))
+    devices = fr.devices
+    return _TvmPlan(collector, presolved_devices(fr.ds), devices.table, devices.default, devices.host)
 
 
 def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[int]]:

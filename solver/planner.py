@@ -430,12 +430,16 @@ def normalise(
     feats: _Features,
     canonical: Callable[[VirtualDevice], VirtualDevice],
     deadline: Deadline | None = None,
+    copy_inputs: bool = True,
 ) -> list[tuple[GlobalVar, Function]]:
-    """Step 2 (section 3): on_device normalisation, then the conflicting-inputs
-    copies. Without annotations both are the identity and are skipped."""
+    """Step 2 (section 3): on_device normalisation, then (with `copy_inputs`;
+    the optimize mode has no such conflicts) the conflicting-inputs copies.
+    Without annotations both are the identity and are skipped."""
     if not feats.annotations:
         return functions
     functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
+    if not copy_inputs:
+        return functions
     try:
         optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
         rewritten, _ = copy_conflicting_inputs(optimizable, canonical, deadline)
@@ -545,38 +549,86 @@ def rewrite_module(
     return dataclasses.replace(module, functions=tuple(out_functions), meta=meta, expr=expr), summary
 
 
-def _plan(module: Module, config: PlanConfig) -> PlanResult:
-    times: dict[str, float] = {}
-    clock = time.perf_counter()
+class Laps:
+    """Wall time per step in ms (`times`); each lap also checks the deadline."""
 
-    def lap(phase: str) -> None:
-        nonlocal clock
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        self.times: dict[str, float] = {}
+        self._clock = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
         now = time.perf_counter()
-        times[phase] = round((now - clock) * 1000, 3)
-        clock = now
-        deadline.check(phase)
+        self.times[phase] = round((now - self._clock) * 1000, 3)
+        self._clock = now
+        self.deadline.check(phase)
 
-    devices = resolve_devices(module, config)
-    deadline = Deadline(config.timeout_ms, config.clock)
-    deadline.check("start")
+
+@dataclass
+class Front:
+    """Steps 1-3 done: what collection needs (both modes)."""
+
+    devices: _Devices
+    functions: list[tuple[GlobalVar, Function]]
+    from_expr: bool
+    feats: _Features
+    ds: DomainSystem
+    annotation_kinds: dict[int, str]
+    request_pins: list[tuple[str, Any, VirtualDevice, int]]
+    shapes: Any
+
+    def collector(self, module: Module, deadline: Deadline, kind: type[Collector] = Collector) -> Collector:
+        """A collector over these functions (`kind`: the optimize mode's subclass)."""
+        ds, devices = self.ds, self.devices
+        return kind(
+            module,
+            self.functions,
+            self.shapes,
+            ds,
+            ds.canonical(devices.default),
+            devices.host,
+            self.annotation_kinds,
+            deadline,
+        )
+
+
+def front(
+    module: Module,
+    config: PlanConfig,
+    deadline: Deadline,
+    copy_inputs: bool = True,
+    devices: _Devices | None = None,
+) -> Front:
+    """Steps 1-3: devices and pins (unless resolved already), meta references,
+    normalisation, shapes."""
+    if devices is None:
+        devices = resolve_devices(module, config)
     functions, from_expr = module_functions(module)
     feats = _scan(functions)
     if feats.meta_refs:
         functions = _resolve_meta_refs(functions, devices.ref_table)
     ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
-    functions = normalise(functions, feats, ds.canonical, deadline)
+    functions = normalise(functions, feats, ds.canonical, deadline, copy_inputs)
     functions, annotation_kinds = _apply_op_pins(functions, devices.pins)
     request_pins = _find_pins(functions, devices.pins)
     shapes = infer_shapes(module, [f for _, f in functions], deadline)  # step 3
-    lap("infer")
-
     for gv, func in functions:
         for param in func.params:
             ds.param_owner[id(param)] = f"@{gv.name}"
-    collector = Collector(
-        module, functions, shapes, ds, ds.canonical(devices.default), devices.host, annotation_kinds, deadline
-    )
-    collect(collector, request_pins)
+    return Front(devices, functions, from_expr, feats, ds, annotation_kinds, request_pins, shapes)
+
+
+def _plan(module: Module, config: PlanConfig) -> PlanResult:
+    devices = resolve_devices(module, config)  # checks the request before the clock starts
+    deadline = Deadline(config.timeout_ms, config.clock)
+    deadline.check("start")
+    lap = Laps(deadline)
+    fr = front(module, config, deadline, devices=devices)
+    functions, feats, ds = fr.functions, fr.feats, fr.ds
+    lap("infer")
+
+    collector = fr.collector(module, deadline)
+    collect(collector, fr.request_pins)
     lap("collect")
 
     defaults = choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
@@ -590,7 +642,7 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         device_of = presolved_devices(ds)
 
     rewriter = Rewriter(collector, device_of)
-    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, from_expr)
+    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, fr.from_expr)
     lap("rewrite")
 
     stats = PlanStats(
@@ -598,7 +650,7 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         variables=model.variables if model is not None else None,
         hard_constraints=collector.hard_count,
         soft_constraints=collector.soft_count,
-        time_ms=times,
+        time_ms=lap.times,
         nodes=len(ds.parent),
         z3_constraints=model.constraints if model is not None else None,
         z3_assumptions=model.assumptions if model is not None else None,
