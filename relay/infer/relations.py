@@ -561,8 +561,10 @@ def _split(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
         begin = 0
         for raw in spec:
             index = int(_value(raw))
-            if index <= begin and pieces or index < begin:
-                raise RelationError(f"{op}: indices {tuple(int(_value(x)) for x in spec)} are not ascending")
+            if index <= begin:
+                raise RelationError(
+                    f"{op}: indices {tuple(int(_value(x)) for x in spec)} must be positive and ascending"
+                )
             pieces.append(index - begin)
             begin = index
         n = D.const(size)
@@ -656,7 +658,8 @@ def _strided_slice(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
             raise RelationError(f"{op}: begin/end have more entries than the {ndim} dimensions")
     shape = list(data.shape)
     for i, axis in enumerate(axis_list):
-        stride = 1 if mode == "size" else (stride_list[i] or 1) if stride_list[i] is not None else 1
+        given = stride_list[i]
+        stride = 1 if mode == "size" or given is None else given
         if stride == 0:
             raise RelationError(f"{op}: stride of axis {axis} is zero")
         b_raw = begin_list[i]

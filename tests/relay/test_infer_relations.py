@@ -960,3 +960,14 @@ def test_scans_scatters_and_data_dependent_shapes() -> None:
         *np.array(np.unravel_index(indices, (4, 5))).shape, dtype="int64"
     )
     assert rel("dyn.reshape", T(6, 4), T(3, dtype="int64")) == T(ANY, ANY, ANY)
+
+
+def test_split_and_slice_edge_cases() -> None:
+    with pytest.raises(RelationError, match="must be positive and ascending"):
+        rel("split", T(6), indices_or_sections=(0, 2))
+    with pytest.raises(RelationError, match="must be positive and ascending"):
+        rel("split", T(6), indices_or_sections=(3, 2))
+    with pytest.raises(RelationError, match="past the axis size"):
+        rel("split", T(6), indices_or_sections=(2, 6))
+    with pytest.raises(RelationError, match="stride of axis 0 is zero"):
+        rel("strided_slice", T(6), begin=(0,), end=(4,), strides=(0,))
