@@ -6,7 +6,8 @@
 
 Starts `devplan serve` on 127.0.0.1 (unless --url) and runs N asyncio clients over
 loopback, each sending a random request from the mix below until the time is up:
-valid plans (TVM mode and, when the schema has `mode`, optimize mode), conflicts,
+valid plans (TVM mode and, when the schema has `mode`, optimize mode), compiles of a tiny
+module (when `/compile` exists), conflicts,
 truncated and random bodies, bodies over the size limit, deep nesting, huge
 constraint lists, plans that time out, and pictures when `/plan/picture` exists.
 Every kind has the statuses it may get; a 5xx outside them is unexpected (must be
@@ -99,6 +100,7 @@ class Mix:
         request_schema = schema.get("components", {}).get("schemas", {}).get("PlanRequest", {})
         self.has_mode = "mode" in request_schema.get("properties", {})
         self.has_picture = "/plan/picture" in schema.get("paths", {})
+        self.has_compile = "/compile" in schema.get("paths", {})
         self.valid: list[dict[str, Any]] = [
             dict(PLAN_EXAMPLES["plain"]["value"]),
             dict(PLAN_EXAMPLES["cpu_annotation"]["value"]),
@@ -129,6 +131,9 @@ class Mix:
             self.kinds.append(Kind("plan-optimize", 15, ok_or_client))
         if self.has_picture:
             self.kinds.append(Kind("picture", 8, frozenset({200, 422, 503})))
+        if self.has_compile:
+            # A tiny module for the CPU: mostly cache hits after the first, so artifact bytes stay flat.
+            self.kinds.append(Kind("compile", 2, frozenset({200, 422, 503})))
         self.weights = [k.weight for k in self.kinds]
 
     def pick(self) -> Kind:
@@ -144,6 +149,15 @@ class Mix:
             body["explain"] = rng.random() < 0.3
             path = "/plan/picture" if name == "picture" else "/plan"
             return "POST", path, json.dumps(body).encode()
+        if name == "compile":
+            compile_body = {
+                "module": PLAIN_TEXT,
+                "default_device": "cpu",
+                "targets": {"cpu": "llvm"},
+                "run_check": rng.random() < 0.5,
+                "timeout_ms": rng.choice([5_000, 10_000]),  # not part of the artifact's identity
+            }
+            return "POST", "/compile", json.dumps(compile_body).encode()
         if name == "conflict":
             return "POST", "/plan", json.dumps(self.conflict).encode()
         if name == "truncated":
@@ -337,8 +351,9 @@ async def run(args: argparse.Namespace, url: str, server_pid: int | None, artifa
 
     mode_note = "TVM and optimize modes" if mix.has_mode else "TVM mode (no `mode` in the schema)"
     picture_note = "with pictures" if mix.has_picture else "no /plan/picture"
+    compile_note = "with compiles" if mix.has_compile else "no /compile"
     print(
-        f"soak: {args.clients} clients, {args.minutes} min, {url}, {mode_note}, {picture_note}\n", flush=True
+        f"soak: {args.clients} clients, {args.minutes} min, {url}, {mode_note}, {picture_note}, {compile_note}\n"
     )
     await asyncio.gather(sampler(), *(client(i) for i in range(args.clients)))
     samples.append(await asyncio.to_thread(sample, server_pid, url, artifact_dir, t0, tally))
