@@ -24,14 +24,17 @@ PROFILES = {
 }
 
 
-def _optimize(module: relay.Module, pins: tuple[dict[str, Any], ...]) -> Any:
+def _optimize(
+    module: relay.Module, pins: tuple[dict[str, Any], ...], profiles: dict[str, Any] = PROFILES
+) -> Any:
     config = solver.PlanConfig(
         virtual_devices=("cpu:0", "cpu:1"),
         default_device="cpu:1",
         host_device="cpu:0",
         constraints=pins,
         mode="optimize",
-        device_profiles=PROFILES,
+        device_profiles=profiles,
+        z3_check=True,
     )
     return solver.plan(module, config)
 
@@ -64,15 +67,7 @@ def test_optimize_plan_moves_an_expensive_operator_between_cpus() -> None:
     module = load_corpus("mlp.relay")
     pins = ({"select": {"op": "nn.batch_flatten"}, "device": "cpu:1"},)
     swapped = {"cpu": PROFILES["cpu:1"], "cpu:1": PROFILES["cpu"]}
-    config = solver.PlanConfig(
-        virtual_devices=("cpu:0", "cpu:1"),
-        default_device="cpu:1",
-        host_device="cpu:0",
-        constraints=pins,
-        mode="optimize",
-        device_profiles=swapped,
-    )
-    result = solver.plan(module, config)
+    result = _optimize(module, pins, swapped)
     assert result.cost is not None and result.cost.per_device["cpu"].operators >= 3
     compiled = tvm_bridge.compile(tvm_bridge.to_relax(result.module))
     inputs = random_inputs(module["main"])
