@@ -41,6 +41,7 @@ from ..ast import (
 )
 from . import dims as D
 from .dims import RelationError
+from .types import type_text
 
 __all__ = ["RELATIONS", "Relation", "RelationError"]
 
@@ -54,22 +55,6 @@ class _Undetermined(Exception):
 
 
 # ------------------------------------------------------------ input helpers
-
-
-def type_text(t: Type) -> str:
-    """A short rendering of a type for messages (TVM's text syntax)."""
-    match t:
-        case TensorType(shape=shape, dtype=dtype):
-            return f"Tensor[{D.shape_text(shape)}, {dtype}]" if shape else dtype
-        case TupleType(fields=fields):
-            return "(" + ", ".join(type_text(f) for f in fields) + ("," if len(fields) == 1 else "") + ")"
-        case FuncType(arg_types=args, ret_type=ret):
-            return f"fn ({', '.join(type_text(a) for a in args)}) -> {type_text(ret)}"
-        case TypeCall(func=func, args=args):
-            return f"{type_text(func)}[{', '.join(type_text(a) for a in args)}]"
-        case TypeVar(name=name) | GlobalTypeVar(name=name):
-            return name
-    return type(t).__name__
 
 
 def _undetermined(t: Type) -> bool:
