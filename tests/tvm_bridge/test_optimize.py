@@ -4,6 +4,7 @@ single-device build (issue 11)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import relay
 import tvm_bridge
 from tvm_bridge.check import max_abs_error, random_inputs
 
-from .helpers import load_corpus
+from .helpers import corpus_path, load_corpus
 
 solver = pytest.importorskip("solver")
 
@@ -73,3 +74,38 @@ def test_optimize_plan_moves_an_expensive_operator_between_cpus() -> None:
     inputs = random_inputs(module["main"])
     expected = tvm_bridge.run(tvm_bridge.compile(tvm_bridge.to_relax(module)), inputs)
     assert max_abs_error(tvm_bridge.run(compiled, inputs), expected) <= 1e-5
+
+
+@pytest.mark.slow
+def test_compile_route_takes_the_optimize_fields(tmp_path: Path) -> None:
+    """POST /compile plans in optimize mode when asked (same fields as /plan):
+    the head pinned to cpu:0, the rest on the faster cpu:1, checked numerically."""
+    import warnings
+
+    from service.config import Settings
+    from service.main import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    request = {
+        "module": corpus_path("mlp.relay").read_text(),
+        "virtual_devices": ["cpu:0", "cpu:1"],
+        "default_device": "cpu:1",
+        "host_device": "cpu:0",
+        "constraints": [{"select": {"op": "nn.softmax"}, "device": "cpu:0"}],
+        "device_profiles": PROFILES,
+        "run_check": True,
+    }
+    app = create_app(Settings(pool_kind="thread", pool_size=1, artifact_dir=tmp_path))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        tvm = client.post("/compile", json=request)
+        optimize = client.post("/compile", json={**request, "mode": "optimize"})
+    assert tvm.status_code == optimize.status_code == 200, optimize.text[:2000]
+    report = optimize.json()["report"]
+    assert report["devices"] == ["llvm:0", "llvm:1"] and report["device_copies"] >= 1
+    assert report["check"]["max_abs_error"] <= 1e-5
+    # TVM mode: the pin pulls every producer onto cpu:0, so the plans differ.
+    assert tvm.json()["artifact_id"] != optimize.json()["artifact_id"]
+    assert tvm.json()["report"]["functions_per_device"] != report["functions_per_device"]
