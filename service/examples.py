@@ -119,7 +119,8 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     "optimize_budget": {
         "summary": "Optimize: a memory budget moves the big layer to cpu",
         "description": "cuda gets an 8 MiB budget (`device_profiles.cuda.memory_bytes`); the 16 MiB dense "
-        "weight cannot live there, so that layer runs on the cpu and the rest where it is fastest.",
+        "weight cannot live there, so that layer runs on the cpu. `tvm_mode_predicted_ms` is null and "
+        "`tvm_mode_reason` says why: the TVM mode's all-cuda plan breaks the budget.",
         "value": {
             "module": BIG_HEAD,
             "default_device": "cuda",
