@@ -1658,6 +1658,41 @@ def _dyn_reshape(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     return TensorType((ANY,) * _dynamic_rank(op, types[1], "newshape"), data.dtype)
 
 
+def _dilation2d(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    """image.dilation2d: a per-channel window (kernel layout IHW), sized like a conv2d."""
+    data, weight = _tensor(op, types[0]), _tensor(op, types[1], "weight")
+    data_layout = D.layout(op, attrs.get("data_layout") or "NCHW", what="data_layout")
+    kernel_layout = D.layout(op, attrs.get("kernel_layout") or "IHW", what="kernel_layout")
+    D.convertible(op, data_layout, "NCHW")
+    D.convertible(op, kernel_layout, "IHW")
+    d = data_layout.to_primal(op, data.shape)
+    w = kernel_layout.to_primal(op, weight.shape, "weight")
+    strides = _per_axis(op, attrs, "strides", 2, 1)
+    dilations = _per_axis(op, attrs, "dilations", 2, 1)
+    pads = _padding(op, _dims_attr(attrs, "padding"), 2)
+    out: dict[str, Dim] = {"N": d["N"], "C": w["I"]}
+    for i, axis in enumerate("HW"):
+        size = d[axis]
+        if D.is_any(size):
+            out[axis] = size
+            continue
+        dilated = D.add(D.mul(D.sub(w[axis], 1), dilations[i]), 1)
+        span = D.sub(D.add(size, pads[i]), dilated)
+        out[axis] = _positive(op, axis, D.add(D.floordiv(span, strides[i]), 1))
+    return TensorType(data_layout.from_primal(out), _dtype(attrs, "out_dtype", data.dtype))
+
+
+def _multibox_prior(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
+    data = _tensor(op, types[0])
+    if len(data.shape) != 4:
+        raise RelationError(f"{op}: data must be NCHW, got {type_text(data)}")
+    sizes, ratios = attrs.get("sizes") or (1.0,), attrs.get("ratios") or (1.0,)
+    if isinstance(sizes, MetaRef) or isinstance(ratios, MetaRef):
+        raise _Undetermined
+    anchors = len(sizes) + len(ratios) - 1
+    return TensorType((1, D.mul(D.mul(data.shape[2], data.shape[3]), anchors), 4), data.dtype)
+
+
 def _on_first(impl: _Impl, count: int) -> _Impl:
     """A QNN operator: the float relation on its first `count` arguments (the
     scales and zero points that follow do not change the type)."""
@@ -1828,6 +1863,8 @@ _RULES: Final[tuple[tuple[tuple[str, ...], int, _Impl], ...]] = (
     (("nn.cross_entropy", "nn.cross_entropy_with_logits"), 2, _cross_entropy),
     (("unravel_index",), 2, _unravel_index),
     (("dyn.reshape",), 2, _dyn_reshape),
+    (("image.dilation2d",), 2, _dilation2d),
+    (("vision.multibox_prior",), 1, _multibox_prior),
 )
 
 

@@ -971,3 +971,12 @@ def test_split_and_slice_edge_cases() -> None:
         rel("split", T(6), indices_or_sections=(2, 6))
     with pytest.raises(RelationError, match="stride of axis 0 is zero"):
         rel("strided_slice", T(6), begin=(0,), end=(4,), strides=(0,))
+
+
+def test_dilation2d_and_multibox_prior() -> None:
+    got = rel("image.dilation2d", T(1, 3, 10, 12), T(3, 3, 5), strides=(2, 1), padding=(1, 1))
+    assert got == T(1, 3, _windows(10, 2, 3, 1, 2), _windows(12, 2, 5, 1, 1))
+    got = rel("image.dilation2d", T(1, 10, 12, 3), T(3, 3, 3), data_layout="NHWC", kernel_layout="HWI")
+    assert got == T(1, 8, 10, 3)
+    got = rel("vision.multibox_prior", T(1, 3, 4, 5), sizes=(1.0, 0.5), ratios=(1.0, 2.0, 0.5))
+    assert got == T(1, 4 * 5 * 4, 4)
