@@ -14,25 +14,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, kind_of
 
 if TYPE_CHECKING:
     import solver
-
-EXIT_OK = 0
-EXIT_USAGE = 1
-EXIT_MALFORMED = 2
-EXIT_CONFLICT = 3
-EXIT_TIMEOUT = 4
-
-_EXIT_BY_KIND = {
-    "malformed-module": EXIT_MALFORMED,
-    "invalid-config": EXIT_USAGE,
-    "planning-conflict": EXIT_CONFLICT,
-    "solver-timeout": EXIT_TIMEOUT,
-    "internal-error": EXIT_USAGE,
-}
 
 
 class UsageError(Exception):
@@ -358,41 +347,18 @@ def _write_output(text: str, path: str | None) -> None:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
 
 
-class _Deadline(BaseException):
-    """Raised by SIGALRM when a plan overruns --timeout-ms (BaseException: no handler swallows it)."""
-
-
-def _run_with_deadline(job: Any) -> Any:
-    """run_plan under a wall-clock limit covering parse, plan and print, as the service enforces."""
-    import signal
-
-    from service.planning import deadline_s, run_plan, timeout_failure
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _Deadline
-
-    if not hasattr(signal, "setitimer"):
-        return run_plan(job)
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, deadline_s(job.timeout_ms))
-    try:
-        return run_plan(job)
-    except _Deadline:
-        raise timeout_failure(job.timeout_ms) from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from service.planning import PlanFailure
+def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic) -> int:
+    """Plan one module. `--timeout-ms` is enforced cooperatively by `run_plan`
+    (parse time counted, then the planner's deadline and Z3's own timeout, on
+    `clock`): no signal, so no callback or `finally` can swallow the limit."""
+    from service.planning import PlanFailure, run_plan
 
     job = _make_job(args)
     try:
-        outcome = _run_with_deadline(job)
+        outcome = run_plan(job, clock)
     except PlanFailure as failure:
         sys.stderr.write(failure.report.rstrip("\n") + "\n")
-        return _EXIT_BY_KIND.get(failure.kind, EXIT_USAGE)
+        return kind_of(failure.kind).exit_code
     _write_output(outcome.module, args.output)
     if args.explain and outcome.explanation:
         sys.stderr.write("\n".join(outcome.explanation) + "\n")
@@ -496,8 +462,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point; returns the exit code (also when called from tests)."""
+def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> int:
+    """Console entry point; returns the exit code (also when called from tests,
+    which may inject the `clock` that `--timeout-ms` is measured on)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -505,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         if args.command == "plan":
-            return cmd_plan(args)
+            return cmd_plan(args, clock)
         if args.command == "profile":
             return cmd_profile(args)
         return cmd_serve(args)

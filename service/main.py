@@ -32,7 +32,7 @@ reproducing TVM's `PlanDevices`, solved with Z3. Conflicting constraints are
 explained with source locations.
 
 Errors are `application/problem+json` (RFC 9457); `type` is one of:
-""" + "\n".join(f"- `{k.type}` ({k.status}): {k.title}" for k in (*ALL_KINDS, *compile_routes.COMPILE_KINDS))
+""" + "\n".join(f"- `{k.type}` ({k.status}): {k.title}" for k in ALL_KINDS)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -12,13 +12,13 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from service.errors import PLAN_OUTCOMES
+
 # The *_created series double the output and no dashboard of ours reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
-# Plan outcomes as metric label values.
-PLAN_OUTCOMES = ("ok", "malformed", "invalid_config", "conflict", "timeout", "internal", "overloaded")
 
 
 class Metrics:

@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import relay
 import solver
+from service import errors
 
 log = logging.getLogger("devplan.planning")
 
 Format = Literal["text", "json"]
 
-# Error kinds; the service maps each to a problem type, the CLI to an exit code.
-KIND_MALFORMED = "malformed-module"
-KIND_CONFIG = "invalid-config"
-KIND_CONFLICT = "planning-conflict"
-KIND_TIMEOUT = "solver-timeout"
-KIND_INTERNAL = "internal-error"
-KIND_TOO_LARGE = "module-too-large"  # the worker cannot hold it (memory limit)
+# A PlanFailure's kind is the slug of an `errors.ErrorKind` (the one table of
+# kinds: problem status and title, CLI exit code, metric outcome).
+KIND_MALFORMED = errors.MALFORMED_MODULE.slug
+KIND_CONFIG = errors.INVALID_CONFIG.slug
+KIND_CONFLICT = errors.PLANNING_CONFLICT.slug
+KIND_TIMEOUT = errors.SOLVER_TIMEOUT.slug
+KIND_INTERNAL = errors.INTERNAL_ERROR.slug
+KIND_TOO_LARGE = errors.MODULE_TOO_LARGE.slug  # the worker cannot hold it (memory limit)
 
-# A plan gets its time limit plus this much before it is stopped from outside
-# (worker killed, CLI alarm), so the solver's own clean time-out wins when it can.
+# A plan gets its time limit plus this much before its worker is killed from
+# outside, so the planner's own cooperative deadline wins when it can.
 DEADLINE_GRACE_S = 0.2
+
+Clock = Callable[[], float]
 
 
 # Plans in milliseconds but runs every stage (parser, solver, printer); with
@@ -48,8 +53,10 @@ def deadline_s(timeout_ms: int) -> float:
     return timeout_ms / 1000 + DEADLINE_GRACE_S
 
 
-def timeout_failure(timeout_ms: int) -> PlanFailure:
-    message = f"planning did not finish within its time limit of {timeout_ms} ms"
+def timeout_failure(timeout_ms: int, step: str | None = None) -> PlanFailure:
+    """The failure of a plan past its time limit (`step`: where it stopped, when known)."""
+    where = f" (stopped during {step})" if step else ""
+    message = f"planning did not finish within its time limit of {timeout_ms} ms{where}"
     return PlanFailure(KIND_TIMEOUT, message, f"error: {message}")
 
 
@@ -157,24 +164,20 @@ class PlanOutcome:
 # Rendering devices and spans
 
 
-def device_to_dict(device: Any) -> dict[str, Any]:
-    """A `relay.device.VirtualDevice` as a device-spec object (the one spec format)."""
-    from relay.device import device_type_name
-
-    device_type = getattr(device, "device_type", None)
-    target = getattr(device, "target", None)
+def device_to_dict(device: relay.VirtualDevice) -> dict[str, Any]:
+    """A virtual device as a device-spec object (the one spec format)."""
     return {
-        "device_type": device_type_name(device_type) if device_type is not None else None,
-        "virtual_device_id": getattr(device, "virtual_device_id", None),
-        "target": str(target) if target is not None else None,
-        "memory_scope": getattr(device, "memory_scope", None),
+        "device_type": relay.device_type_name(device.device_type) if device.device_type is not None else None,
+        "virtual_device_id": device.virtual_device_id,
+        "target": str(device.target) if device.target is not None else None,
+        "memory_scope": device.memory_scope,
     }
 
 
-def _span_lc(span: Any) -> tuple[int | None, int | None]:
+def _span_lc(span: relay.Span | None) -> tuple[int | None, int | None]:
     if span is None:
         return None, None
-    return getattr(span, "line", None), getattr(span, "column", None)
+    return span.line, span.column
 
 
 # --------------------------------------------------------------------------
@@ -186,7 +189,7 @@ def detect_format(text: str) -> Format:
     return "json" if text.lstrip()[:1] == "{" else "text"
 
 
-def parse_module(job: PlanJob) -> Any:
+def parse_module(job: PlanJob) -> relay.Module:
     """Text or TVM JSON -> verified Module; raises PlanFailure(malformed-module)."""
     fmt = job.input_format or detect_format(job.module)
     try:
@@ -208,15 +211,19 @@ def parse_module(job: PlanJob) -> Any:
     return module
 
 
-def build_config(job: PlanJob) -> Any:
-    """The solver's PlanConfig for a job; raises PlanFailure(invalid-config)."""
+def build_config(
+    job: PlanJob, timeout_ms: int | None = None, clock: Clock = time.monotonic
+) -> solver.PlanConfig:
+    """The solver's PlanConfig for a job (its time limit `timeout_ms`, default the
+    job's, measured on `clock`); raises PlanFailure(invalid-config)."""
     try:
         return solver.PlanConfig(
             virtual_devices=tuple(job.virtual_devices),
             default_device=job.default_device,
             host_device=job.host_device,
             constraints=tuple(job.constraints),
-            timeout_ms=job.timeout_ms,
+            timeout_ms=job.timeout_ms if timeout_ms is None else timeout_ms,
+            clock=clock,
             z3_check=job.z3_check,
             mode=job.mode,
             op_support=job.op_support,
@@ -230,20 +237,31 @@ def build_config(job: PlanJob) -> Any:
         raise PlanFailure(KIND_CONFIG, message, f"error: {message}") from None
 
 
-def run_plan(job: PlanJob) -> PlanOutcome:
-    """Parse, plan and print one module. Raises PlanFailure for every expected failure."""
+def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
+    """Parse, plan and print one module. Raises PlanFailure for every expected failure.
+
+    The time limit (`job.timeout_ms`, on `clock`) covers parsing and planning:
+    parsing spends part of it, the planner's cooperative deadline (its walks
+    and Z3's own timeout) the rest. Nothing here is interrupted from outside
+    (no signal), so no handler can swallow the limit; printing is linear and
+    not timed. Tests inject `clock` to expire the limit deterministically.
+    """
+    start = clock()
     t0 = time.perf_counter()
     module = parse_module(job)
     t1 = time.perf_counter()
-    config = build_config(job)
+    left_ms = job.timeout_ms - int((clock() - start) * 1000)
+    if left_ms <= 0:
+        raise timeout_failure(job.timeout_ms, "parse")
+    config = build_config(job, left_ms, clock)
     try:
         result = solver.plan(module, config)
     except solver.PlanningConflict as err:
         raise _conflict_failure(err) from None
     except solver.SolverTimeout as err:
-        message = (
-            str(getattr(err, "message", None) or err) or f"solver time limit of {job.timeout_ms} ms exceeded"
-        )
+        if err.reason == "deadline":
+            raise timeout_failure(job.timeout_ms) from None
+        message = str(err) or f"solver time limit of {job.timeout_ms} ms exceeded"
         raise PlanFailure(KIND_TIMEOUT, message, f"error: {message}") from None
     except solver.PlanConfigError as err:
         message = str(err)
@@ -264,7 +282,7 @@ def run_plan(job: PlanJob) -> PlanOutcome:
     t3 = time.perf_counter()
 
     stats = result.stats
-    time_ms = {str(k): round(float(v), 3) for k, v in dict(getattr(stats, "time_ms", {}) or {}).items()}
+    time_ms = {k: round(v, 3) for k, v in stats.time_ms.items()}
     time_ms["parse"] = round((t1 - t0) * 1000, 3)
     time_ms["print"] = round((t3 - t2) * 1000, 3)
     copies = [
@@ -283,15 +301,15 @@ def run_plan(job: PlanJob) -> PlanOutcome:
         virtual_devices=[device_to_dict(d) for d in result.virtual_devices],
         summary={
             "device_copies": copies,
-            "expressions_by_device": {str(k): int(v) for k, v in dict(result.expressions_by_device).items()},
+            "expressions_by_device": dict(result.expressions_by_device),
             "functions": functions,
         },
         solver={
-            "classes": int(stats.classes),
-            "z3_checked": bool(stats.z3_checked),
-            "variables": None if stats.variables is None else int(stats.variables),
-            "hard_constraints": int(stats.hard_constraints),
-            "soft_constraints": int(stats.soft_constraints),
+            "classes": stats.classes,
+            "z3_checked": stats.z3_checked,
+            "variables": stats.variables,
+            "hard_constraints": stats.hard_constraints,
+            "soft_constraints": stats.soft_constraints,
             "time_ms": time_ms,
         },
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
@@ -321,27 +339,24 @@ def run_plan_safely(job: PlanJob) -> dict[str, Any]:
 # Explanations
 
 
-def _functions_summary(result: Any) -> dict[str, Any]:
+def _functions_summary(result: solver.PlanResult) -> dict[str, Any]:
     """{"@f": {params: [{name: "%x", device}], result}} from the solver's summary.
 
     The solver gives device names per global (keyed by name, params in order);
     the parameter names come from the planned module itself.
     """
-    param_names: dict[str, list[str]] = {}
-    for gv, func in getattr(result.module, "functions", ()):
-        params = getattr(func, "params", None) or ()
-        param_names[gv.name.lstrip("@")] = [f"%{getattr(p, 'name', '?')}" for p in params]
+    param_names = {
+        gv.name.lstrip("@"): [f"%{p.name}" for p in func.params] for gv, func in result.module.functions
+    }
     out: dict[str, Any] = {}
-    for name, info in dict(result.functions).items():
-        bare = str(name).lstrip("@")
+    for name, info in result.functions.items():
+        bare = name.lstrip("@")
         names = param_names.get(bare, [])
-        devices = list(info.get("params", [])) if isinstance(info, dict) else []
         params = [
             {"name": names[i] if i < len(names) else f"#{i}", "device": str(d)}
-            for i, d in enumerate(devices)
+            for i, d in enumerate(info["params"])
         ]
-        result_device = info.get("result") if isinstance(info, dict) else None
-        out[f"@{bare}"] = {"params": params, "result": str(result_device)}
+        out[f"@{bare}"] = {"params": params, "result": str(info["result"])}
     return out
 
 
@@ -383,25 +398,25 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _relay_failure(kind: str, err: Any) -> PlanFailure:
-    line, column = _span_lc(getattr(err, "span", None))
-    message = str(getattr(err, "message", "") or err)
+def _relay_failure(kind: str, err: relay.RelayError) -> PlanFailure:
+    line, column = _span_lc(err.span)
+    message = err.message or str(err)
     locations = ({"line": line, "column": column, "message": message},) if line is not None else ()
     return PlanFailure(kind, message, str(err), locations)
 
 
-def _conflict_failure(err: Any) -> PlanFailure:
-    message = str(getattr(err, "message", "") or err)
+def _conflict_failure(err: solver.PlanningConflict) -> PlanFailure:
+    message = err.message or str(err)
     locations = []
     constraints = []
     lines = [f"error: planning conflict: {message}"]
-    for c in getattr(err, "constraints", None) or ():
-        span = getattr(c, "span", None)
+    for c in err.constraints:
+        span = c.span
         line, column = _span_lc(span)
-        kind = str(getattr(c, "kind", "constraint"))
-        description = str(getattr(c, "description", "") or "")
-        expr_text = str(getattr(c, "expr_text", "") or "")
-        devices = [str(d) for d in (getattr(c, "devices", None) or ())]
+        kind = c.kind
+        description = c.description
+        expr_text = c.expr_text
+        devices = list(c.devices)
         constraints.append(
             {
                 "kind": kind,
@@ -414,12 +429,12 @@ def _conflict_failure(err: Any) -> PlanFailure:
         )
         if line is not None:
             locations.append({"line": line, "column": column, "message": f"{kind}: {description}"})
-        source = getattr(span, "source_name", None) or "<input>"
+        source = span.source_name if span is not None else "<input>"
         where = f"{source}:{line}:{column}" if line is not None else f"{source}:?:?"
         detail = f" [{expr_text}]" if expr_text else ""
         lines.append(f"  {where}: {kind}: {description}{detail}")
     if not constraints:
-        line, column = _span_lc(getattr(err, "span", None))
+        line, column = _span_lc(err.span)
         if line is not None:
             locations.append({"line": line, "column": column, "message": message})
     return PlanFailure(KIND_CONFLICT, message, "\n".join(lines), tuple(locations), tuple(constraints))

@@ -7,7 +7,6 @@ ones included (logged with their traceback, answered without it).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,67 +14,82 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.errors import (
+    ALL_KINDS,
+    COMPILE_BUSY,
+    COMPILE_FAILED,
+    COMPILE_KINDS,
+    COMPILE_TIMEOUT,
+    INTERNAL_ERROR,
+    INVALID_CHECK,
+    INVALID_CONFIG,
+    INVALID_TARGET,
+    MALFORMED_MODULE,
+    METHOD_NOT_ALLOWED,
+    MODULE_TOO_LARGE,
+    NOT_FOUND,
+    NOT_READY,
+    OVERLOADED,
+    PLANNING_CONFLICT,
+    REQUEST_TOO_LARGE,
+    SOLVER_TIMEOUT,
+    TVM_UNAVAILABLE,
+    TYPE_BASE,
+    UNAUTHORIZED,
+    UNSUPPORTED_MODULE,
+    VALIDATION_ERROR,
+    ErrorKind,
+    kind_of,
+)
 from service.logs import current_request_id
 from service.planning import PlanFailure
+
+__all__ = [
+    "ALL_KINDS",
+    "COMPILE_BUSY",
+    "COMPILE_FAILED",
+    "COMPILE_KINDS",
+    "COMPILE_TIMEOUT",
+    "INTERNAL_ERROR",
+    "INVALID_CHECK",
+    "INVALID_CONFIG",
+    "INVALID_TARGET",
+    "MALFORMED_MODULE",
+    "METHOD_NOT_ALLOWED",
+    "MODULE_TOO_LARGE",
+    "NOT_FOUND",
+    "NOT_READY",
+    "OVERLOADED",
+    "PLANNING_CONFLICT",
+    "PROBLEM_MEDIA_TYPE",
+    "REQUEST_TOO_LARGE",
+    "RETRY_AFTER_S",
+    "SOLVER_TIMEOUT",
+    "TVM_UNAVAILABLE",
+    "TYPE_BASE",
+    "UNAUTHORIZED",
+    "UNSUPPORTED_MODULE",
+    "VALIDATION_ERROR",
+    "ProblemError",
+    "ProblemKind",
+    "failure_to_problem",
+    "install_handlers",
+    "problem_body",
+    "problem_response",
+    "problem_responses",
+]
 
 log = logging.getLogger("devplan.service")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-TYPE_BASE = "https://devplan.dev/problems/"
 
 
-@dataclass(frozen=True, slots=True)
-class ProblemKind:
-    slug: str
-    status: int
-    title: str
-
-    @property
-    def type(self) -> str:
-        return TYPE_BASE + self.slug
-
-
-MALFORMED_MODULE = ProblemKind("malformed-module", 400, "The module does not parse or verify")
-INVALID_CONFIG = ProblemKind("invalid-config", 422, "The planning configuration is invalid")
-PLANNING_CONFLICT = ProblemKind("planning-conflict", 422, "The device constraints conflict")
-VALIDATION_ERROR = ProblemKind("validation-error", 422, "The request does not match the schema")
-REQUEST_TOO_LARGE = ProblemKind("request-too-large", 413, "The request body is too large")
-SOLVER_TIMEOUT = ProblemKind("solver-timeout", 504, "Planning exceeded its time limit")
-OVERLOADED = ProblemKind("overloaded", 503, "The service is busy; retry after the Retry-After seconds")
-MODULE_TOO_LARGE = ProblemKind("module-too-large", 422, "The module needs more memory than a worker may use")
-UNAUTHORIZED = ProblemKind("unauthorized", 401, "A valid API key is required")
-NOT_READY = ProblemKind("not-ready", 503, "The service is not ready")
-NOT_FOUND = ProblemKind("not-found", 404, "Not found")
-METHOD_NOT_ALLOWED = ProblemKind("method-not-allowed", 405, "Method not allowed")
-INTERNAL_ERROR = ProblemKind("internal-error", 500, "Internal server error")
+# The kinds themselves (status, title, exit code, metric outcome) live in the one
+# table, service.errors; a problem's kind is an ErrorKind.
+ProblemKind = ErrorKind
 
 # Seconds an `overloaded` answer asks the client to wait (Retry-After).
 RETRY_AFTER_S = 1
-
-ALL_KINDS = (
-    MALFORMED_MODULE,
-    INVALID_CONFIG,
-    PLANNING_CONFLICT,
-    VALIDATION_ERROR,
-    REQUEST_TOO_LARGE,
-    SOLVER_TIMEOUT,
-    OVERLOADED,
-    MODULE_TOO_LARGE,
-    UNAUTHORIZED,
-    NOT_READY,
-    NOT_FOUND,
-    METHOD_NOT_ALLOWED,
-    INTERNAL_ERROR,
-)
-
-_BY_FAILURE_KIND = {
-    "malformed-module": MALFORMED_MODULE,
-    "invalid-config": INVALID_CONFIG,
-    "planning-conflict": PLANNING_CONFLICT,
-    "solver-timeout": SOLVER_TIMEOUT,
-    "module-too-large": MODULE_TOO_LARGE,
-    "internal-error": INTERNAL_ERROR,
-}
 
 
 class ProblemError(Exception):
@@ -123,10 +137,10 @@ def problem_response(
 
 
 def failure_to_problem(failure: PlanFailure) -> ProblemError:
-    """A planner failure (from planning.run_plan) as the matching problem."""
-    kind = _BY_FAILURE_KIND.get(failure.kind, INTERNAL_ERROR)
+    """A failure (from planning.run_plan or the compile worker) as the matching problem."""
+    kind = kind_of(failure.kind)
     extra: dict[str, Any] = {}
-    if kind in (MALFORMED_MODULE, PLANNING_CONFLICT):
+    if failure.locations and kind.status != 500:
         extra["locations"] = list(failure.locations)
     if kind is PLANNING_CONFLICT:
         extra["constraints"] = list(failure.constraints)

@@ -14,6 +14,13 @@ from relay import ast
 from relay.device import VirtualDevice
 from relay.traverse import pre_order, rewrite
 
+from .errors import BridgeError
+
+
+class CheckInputError(BridgeError):
+    """The run check cannot make inputs for a parameter (not a tensor of
+    static shape): the caller's mistake, to be reported with what to change."""
+
 
 def is_planned(module: ast.Module) -> bool:
     """True when every global function has a result device and every
@@ -101,8 +108,18 @@ def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
     for p in func.params:
         ty = p.type_annotation
         if not isinstance(ty, ast.TensorType):
-            raise TypeError(f"parameter %{p.name} is not a tensor")
-        shape = tuple(int(d) for d in ty.shape)  # type: ignore[arg-type]
+            raise CheckInputError(
+                f"parameter %{p.name} is not a tensor ({ty}); the run check makes random tensors "
+                "only: give every parameter of @main a Tensor type, or turn the run check off",
+                p.span,
+            )
+        if not all(isinstance(d, (int, ast.IntImm)) for d in ty.shape):
+            raise CheckInputError(
+                f"parameter %{p.name} has a symbolic shape ({ty}); the run check needs static "
+                "shapes: give every dimension a number, or turn the run check off",
+                p.span,
+            )
+        shape = tuple(d.value if isinstance(d, ast.IntImm) else int(d) for d in ty.shape)  # type: ignore[arg-type]
         if ty.dtype == "bool":
             out.append(np.array(rng.random(shape) < 0.5))
             continue

@@ -354,12 +354,41 @@ def test_conflict_explanation_printed_with_or_without_explain(capsys: Any, write
     assert plain_err == explain_err
 
 
-def test_timeout_exits_4(capsys: Any, write: Any, slow_module: str) -> None:
-    path = write("chain.relay", slow_module)
-    code, out, err = run_cli(capsys, "plan", path, "--timeout-ms", "1")
+class StepClock:
+    """A clock reading 0.0 for its first `free` readings, then 1e9 seconds:
+    the time limit expires at a chosen point, without a real clock."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return 0.0 if self.reads <= self.free else 1e9
+
+
+# Readings: 1 at the start of run_plan, 1 after parsing, then the planner's.
+@pytest.mark.parametrize("free, step", [(1, "parse"), (3, "plan")])
+def test_timeout_exits_4(capsys: Any, write: Any, free: int, step: str) -> None:
+    path = write("plain.relay", PLAIN)
+    clock = StepClock(free)
+    code = main(["plan", path, "--timeout-ms", "1000"], clock=clock)
+    out, err = capsys.readouterr()
     assert code == 4, err
     assert out == ""
-    assert "time limit of 1 ms" in err
+    assert err.startswith("error: planning did not finish within its time limit of 1000 ms"), err
+    assert "Traceback" not in err
+    assert clock.reads > free  # the expired reading was the one that stopped it
+    if step == "parse":
+        assert clock.reads == 2  # stopped before the planner ran
+
+
+def test_timeout_not_reached_plans(capsys: Any, write: Any) -> None:
+    path = write("plain.relay", PLAIN)
+    code = main(["plan", path, "--timeout-ms", "1000"], clock=StepClock(10**9))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert relay.parse_text(out)
 
 
 def test_never_a_traceback_from_the_console_script(tmp_path: Path) -> None:

@@ -32,15 +32,21 @@ from service.api.deps import SettingsDep
 from service.models import PlanRequest, constraint_to_plain, optimize_to_plain, spec_to_plain
 from service.planning import KIND_INTERNAL, PlanFailure, PlanJob
 from service.problems import (
+    COMPILE_BUSY,
+    COMPILE_FAILED,
+    COMPILE_KINDS,
+    COMPILE_TIMEOUT,
     INTERNAL_ERROR,
     INVALID_CONFIG,
+    INVALID_TARGET,
     MALFORMED_MODULE,
     NOT_FOUND,
     PLANNING_CONFLICT,
     SOLVER_TIMEOUT,
+    TVM_UNAVAILABLE,
+    UNSUPPORTED_MODULE,
     VALIDATION_ERROR,
     ProblemError,
-    ProblemKind,
     failure_to_problem,
     problem_responses,
 )
@@ -51,24 +57,6 @@ from service.problems import (
 router = APIRouter(tags=["compile"])
 compile_router = APIRouter(tags=["compile"])
 log = logging.getLogger("devplan.service")
-
-# Problem kinds of this route (to be listed in service.problems.ALL_KINDS).
-UNSUPPORTED_MODULE = ProblemKind(
-    "unsupported-construct", 422, "The module uses what TVM Relax cannot express"
-)
-INVALID_TARGET = ProblemKind("invalid-target", 422, "A target is not valid for TVM 0.27")
-COMPILE_FAILED = ProblemKind("compile-failed", 422, "TVM could not compile the module for its targets")
-TVM_UNAVAILABLE = ProblemKind("tvm-unavailable", 503, "TVM is not installed on this server")
-COMPILE_BUSY = ProblemKind("compile-busy", 503, "No compile slot became free in time")
-COMPILE_TIMEOUT = ProblemKind("compile-timeout", 504, "Compiling exceeded its time limit")
-COMPILE_KINDS = (
-    UNSUPPORTED_MODULE,
-    INVALID_TARGET,
-    COMPILE_FAILED,
-    TVM_UNAVAILABLE,
-    COMPILE_BUSY,
-    COMPILE_TIMEOUT,
-)
 
 KIND_UNSUPPORTED = "unsupported-construct"
 KIND_TARGET = "invalid-target"

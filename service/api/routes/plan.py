@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.errors import kind_of
 from service.examples import PLAN_EXAMPLES
 from service.logs import current_request_id
 from service.models import (
@@ -36,15 +37,6 @@ from service.problems import (
 
 router = APIRouter(tags=["plan"])
 log = logging.getLogger("devplan.service")
-
-_OUTCOME = {
-    "malformed-module": "malformed",
-    "invalid-config": "invalid_config",
-    "planning-conflict": "conflict",
-    "solver-timeout": "timeout",
-    "internal-error": "internal",
-}
-
 
 @router.post(
     "/plan",
@@ -103,7 +95,7 @@ async def plan(
         metrics.plan_seconds.observe(sum(timings.values()) / 1000)
     if "error" in result:
         failure = PlanFailure.from_dict(result["error"])
-        metrics.plans.labels(_OUTCOME.get(failure.kind, "internal")).inc()
+        metrics.plans.labels(kind_of(failure.kind).outcome or "internal").inc()
         if failure.kind == KIND_CONFLICT:
             metrics.conflicts.inc()
         elif failure.kind == KIND_TIMEOUT:

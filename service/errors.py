@@ -1,0 +1,118 @@
+"""Every error kind of the service and the CLI, in one table.
+
+A kind is named by its slug (the last part of the problem+json `type` URI and
+the `kind` of a `planning.PlanFailure`). Everything else is derived from this
+table: the HTTP status and title of the problem (`service.problems`), the exit
+code of `devplan plan` (`service.cli`) and the outcome label of the
+`devplan_plans` metric (`service.metrics`, `POST /plan`). This module imports
+nothing heavy, so the CLI can use it without loading FastAPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPE_BASE = "https://devplan.dev/problems/"
+
+# Exit codes of `devplan plan` (its documented contract).
+EXIT_OK = 0
+EXIT_USAGE = 1
+EXIT_MALFORMED = 2
+EXIT_CONFLICT = 3
+EXIT_TIMEOUT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """One kind of failure: its problem+json status and title, its CLI exit code
+    and its `devplan_plans{outcome}` label (None where the kind is not a plan outcome)."""
+
+    slug: str
+    status: int
+    title: str
+    exit_code: int = EXIT_USAGE
+    outcome: str | None = None
+
+    @property
+    def type(self) -> str:
+        """The stable problem+json `type` URI."""
+        return TYPE_BASE + self.slug
+
+
+# Planning failures (a PlanFailure's kind): the CLI and POST /plan both see them.
+MALFORMED_MODULE = ErrorKind(
+    "malformed-module", 400, "The module does not parse or verify", EXIT_MALFORMED, "malformed"
+)
+INVALID_CONFIG = ErrorKind(
+    "invalid-config", 422, "The planning configuration is invalid", EXIT_USAGE, "invalid_config"
+)
+PLANNING_CONFLICT = ErrorKind(
+    "planning-conflict", 422, "The device constraints conflict", EXIT_CONFLICT, "conflict"
+)
+SOLVER_TIMEOUT = ErrorKind("solver-timeout", 504, "Planning exceeded its time limit", EXIT_TIMEOUT, "timeout")
+MODULE_TOO_LARGE = ErrorKind(
+    "module-too-large", 422, "The module needs more memory than a worker may use", EXIT_USAGE, "too_large"
+)
+INTERNAL_ERROR = ErrorKind("internal-error", 500, "Internal server error", EXIT_USAGE, "internal")
+# HTTP only.
+VALIDATION_ERROR = ErrorKind("validation-error", 422, "The request does not match the schema")
+REQUEST_TOO_LARGE = ErrorKind("request-too-large", 413, "The request body is too large")
+OVERLOADED = ErrorKind(
+    "overloaded", 503, "The service is busy; retry after the Retry-After seconds", outcome="overloaded"
+)
+UNAUTHORIZED = ErrorKind("unauthorized", 401, "A valid API key is required")
+NOT_READY = ErrorKind("not-ready", 503, "The service is not ready")
+NOT_FOUND = ErrorKind("not-found", 404, "Not found")
+METHOD_NOT_ALLOWED = ErrorKind("method-not-allowed", 405, "Method not allowed")
+# POST /compile (its worker reports the first three as PlanFailure kinds).
+UNSUPPORTED_MODULE = ErrorKind("unsupported-construct", 422, "The module uses what TVM Relax cannot express")
+INVALID_TARGET = ErrorKind("invalid-target", 422, "A target is not valid for TVM 0.27")
+COMPILE_FAILED = ErrorKind("compile-failed", 422, "TVM could not compile the module for its targets")
+INVALID_CHECK = ErrorKind(
+    "invalid-check", 422, "The run check cannot run on this module (turn run_check off)"
+)
+TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
+COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
+COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
+
+ALL_KINDS: tuple[ErrorKind, ...] = (
+    MALFORMED_MODULE,
+    INVALID_CONFIG,
+    PLANNING_CONFLICT,
+    VALIDATION_ERROR,
+    REQUEST_TOO_LARGE,
+    SOLVER_TIMEOUT,
+    OVERLOADED,
+    MODULE_TOO_LARGE,
+    UNAUTHORIZED,
+    NOT_READY,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    INTERNAL_ERROR,
+    UNSUPPORTED_MODULE,
+    INVALID_TARGET,
+    COMPILE_FAILED,
+    INVALID_CHECK,
+    TVM_UNAVAILABLE,
+    COMPILE_BUSY,
+    COMPILE_TIMEOUT,
+)
+COMPILE_KINDS: tuple[ErrorKind, ...] = (
+    UNSUPPORTED_MODULE,
+    INVALID_TARGET,
+    COMPILE_FAILED,
+    INVALID_CHECK,
+    TVM_UNAVAILABLE,
+    COMPILE_BUSY,
+    COMPILE_TIMEOUT,
+)
+
+BY_SLUG: dict[str, ErrorKind] = {k.slug: k for k in ALL_KINDS}
+
+# `devplan_plans{outcome}` label values: success plus every kind that has one.
+PLAN_OUTCOMES: tuple[str, ...] = ("ok", *(k.outcome for k in ALL_KINDS if k.outcome is not None))
+
+
+def kind_of(slug: str) -> ErrorKind:
+    """The kind named by a failure's slug; an unknown slug is an internal error."""
+    return BY_SLUG.get(slug, INTERNAL_ERROR)
