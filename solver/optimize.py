@@ -299,6 +299,7 @@ class Problem:
     fixed_ns: int = 0  # input device_copy calls (fixed both ends)
     fixed_copies: int = 0
     fixed_copy_bytes: dict[int, int] = field(default_factory=dict)  # destination -> bytes
+    fixed_copy_ns: dict[int, int] = field(default_factory=dict)  # destination -> ns
 
     def edge_ns(self, nbytes: int, src: int, dst: int, uses: int) -> int:
         link = self.links[src][dst]
@@ -590,7 +591,9 @@ def _fixed_copies(
             if si is None or di is None or si == di:
                 continue
             b = sizes.of(node.args[0])
-            problem.fixed_ns += problem.edge_ns(b, si, di, 1)
+            ns = problem.edge_ns(b, si, di, 1)
+            problem.fixed_ns += ns
+            problem.fixed_copy_ns[di] = problem.fixed_copy_ns.get(di, 0) + ns
             problem.fixed_copies += 1
             problem.fixed_copy_bytes[di] = problem.fixed_copy_bytes.get(di, 0) + b
 
@@ -1088,6 +1091,8 @@ def _report(
         du, dv = solution.assign[u], solution.assign[v]
         if du != dv:
             per[problem.names[du]][1] += problem.edge_ns(b, dv, du, uses)
+    for d, ns_in in problem.fixed_copy_ns.items():
+        per[problem.names[d]][1] += ns_in
     per_device = {
         name: DeviceCost(row[0], ns_to_ms(row[1]), row[2])
         for name, row in per.items()

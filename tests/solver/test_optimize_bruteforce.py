@@ -146,8 +146,11 @@ def test_objective_equals_brute_force(case: Case) -> None:
     assert best is not None
     assert found.solution.objective == best, (found.solution.method, case.text)
     assert found.result.cost is not None and found.result.cost.optimal
-    # The output carries exactly the copies the objective counted.
-    assert len(found.result.copies) == found.result.cost.copies
+    # The output carries exactly the copies the objective counted, and the
+    # per-device times (copies at their destination) add up to the total.
+    cost = found.result.cost
+    assert len(found.result.copies) == cost.copies
+    assert sum(d.predicted_ms for d in cost.per_device.values()) == pytest.approx(cost.predicted_ms, abs=1e-5)
     # Fixed point: the TVM mode accepts the output unchanged.
     again = solver.plan(
         found.result.module,
