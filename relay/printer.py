@@ -14,11 +14,14 @@ import math
 import re
 import struct
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import ast as A
 from .device import VirtualDevice
 from .traverse import children, post_order
+
+if TYPE_CHECKING:
+    from .infer import Types
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _INLINE_DTYPES = {"float32": "f", "float16": "f16", "float64": "f64", "int32": "", "int64": "i64", "bool": ""}
@@ -26,11 +29,16 @@ _INLINE_DTYPES = {"float32": "f", "float16": "f16", "float64": "f64", "int32": "
 Lines = list[str]
 
 
-def print_text(module: A.Module) -> str:
+def print_text(module: A.Module, *, types: Types | None = None) -> str:
     """The module as Relay text, with a `#[metadata]` section when meta
     entries are known. Meta indices of known entries are kept; new entries
-    are appended to their table."""
-    return _Printer(module).print_module()
+    are appended to their table.
+
+    With `types` (from `relay.infer_types(module)`), parameters, let binders,
+    pattern variables and function results without a written type get their
+    inferred one as an annotation, where it is fully known.
+    """
+    return _Printer(module, types).print_module()
 
 
 def _trampoline(gen: Generator[Any, Any, Any]) -> Any:
@@ -85,8 +93,9 @@ def _is_atomic(expr: A.Expr) -> bool:
 
 
 class _Printer:
-    def __init__(self, module: A.Module) -> None:
+    def __init__(self, module: A.Module, types: Types | None = None) -> None:
         self.module = module
+        self.types = types
         self.tables: dict[str, list[Any]] = {k: list(v) for k, v in module.meta.items()}
         self.index_cache: dict[str, dict[int, int]] = {}
         self.counter = 0
@@ -138,7 +147,7 @@ class _Printer:
         lines = []
         for var in free_vars(expr):
             name = self._bind_name(var)
-            annotation = f": {self.type(var.type_annotation)}" if var.type_annotation is not None else ""
+            annotation = self._annotation(var)
             lines.append(f"free_var {name}{annotation};")
         root = self._assign_scopes(expr, None)
         body: Lines = yield self._block(root)
@@ -216,7 +225,7 @@ class _Printer:
             yield from self._emit_deps(let.value, scope, lines)
             var = let.var
             name = self._bind_name(var)
-            annotation = f": {self.type(var.type_annotation)}" if var.type_annotation is not None else ""
+            annotation = self._annotation(var)
             value_text = yield self._ref(let.value, scope, inline=True)
             lines.append(f"let {name}{annotation} = {value_text};")
         yield from self._emit_deps(scope.result, scope, lines)
@@ -346,16 +355,18 @@ class _Printer:
             text = self._bind_name(p)
             if p.virtual_device is not None and not _unconstrained(p.virtual_device):
                 text += f" {{virtual_device={self.meta_ref('VirtualDevice', p.virtual_device)}}}"
-            if p.type_annotation is not None:
-                text += ": " + self.type(p.type_annotation)
-            params.append(text)
+            params.append(text + self._annotation(p))
         for key, value in func.attrs:
             params.append(f"{key}={self.attr_value(value)}")
         if func.virtual_device is not None and not _unconstrained(func.virtual_device):
             params.append(f"virtual_device={self.meta_ref('VirtualDevice', func.virtual_device)}")
         head += "(" + ", ".join(params) + ")"
-        if func.ret_type is not None:
-            head += " -> " + self.type(func.ret_type)
+        ret_type = func.ret_type
+        if ret_type is None and self.types is not None:
+            func_type = self.types.of(func)
+            ret_type = _printable(func_type.ret_type) if isinstance(func_type, A.FuncType) else None
+        if ret_type is not None:
+            head += " -> " + self.type(ret_type)
         if scope is None:
             inner = self._assign_scopes(func.body, None)
         else:
@@ -363,15 +374,19 @@ class _Printer:
         body: Lines = yield self._block(inner)
         return head + " {\n" + _indent(body) + "\n}"
 
+    def _annotation(self, var: A.Var) -> str:
+        """`: T` for a binder: its written type, else its inferred one."""
+        ty = var.type_annotation
+        if ty is None and self.types is not None:
+            ty = _printable(self.types.of(var))
+        return "" if ty is None else ": " + self.type(ty)
+
     def _pattern(self, pattern: A.Pattern) -> str:
         match pattern:
             case A.PatternWildcard():
                 return "_"
             case A.PatternVar(var=var):
-                text = self._bind_name(var)
-                if var.type_annotation is not None:
-                    text += ": " + self.type(var.type_annotation)
-                return text
+                return self._bind_name(var) + self._annotation(var)
             case A.PatternConstructor(constructor=ctor, patterns=ps):
                 if not ps:
                     return ctor.name
@@ -502,6 +517,14 @@ class _Printer:
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _printable(ty: A.Type) -> A.Type | None:
+    """An inferred type to write as an annotation: None when part of it is
+    unknown (the parser has no syntax for that)."""
+    from .infer.types import is_known
+
+    return ty if is_known(ty) else None
 
 
 def _unconstrained(device: Any) -> bool:

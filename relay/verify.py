@@ -14,12 +14,40 @@ from typing import Any
 
 from . import ast as A
 from .span import VerifyError
-from .traverse import binders, walk
+from .traverse import binders, post_order, walk
 
 
-def verify(module: A.Module) -> None:
-    """Raise VerifyError if `module` is not well formed; return None if it is."""
+def verify(module: A.Module, *, check_types: bool = False) -> None:
+    """Raise VerifyError if `module` is not well formed; return None if it is.
+
+    With `check_types`, also infer its types: a type error raises
+    `relay.TypeInferenceError`, and an expression whose type is unknown (a
+    call of an operator with no type relation, a parameter with no written
+    or inferable type) is a VerifyError at that node.
+    """
     _Verifier(module).run()
+    if check_types:
+        _check_types(module)
+
+
+def _check_types(module: A.Module) -> None:
+    from .infer import UNKNOWN, infer_types
+
+    types = infer_types(module)
+    roots: list[A.Expr] = [func for _, func in module.functions]
+    if module.expr is not None:
+        roots.append(module.expr)
+    for node in post_order(roots):
+        if types.of(node) is not UNKNOWN:
+            continue
+        if isinstance(node, A.Call) and isinstance(node.op, A.Op) and node.op.name in types.unknown_ops:
+            raise VerifyError(
+                f"operator {node.op.name} has no type relation: its result type is unknown", node.span
+            )
+        if isinstance(node, A.Function):
+            for param in node.params:
+                if types.of(param) is UNKNOWN:
+                    raise VerifyError(f"the type of parameter %{param.name} is unknown", param.span)
 
 
 class _Verifier:

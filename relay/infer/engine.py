@@ -23,6 +23,7 @@ from typing import Any
 from .. import op_attrs
 from ..ast import (
     UNKNOWN,
+    Attrs,
     Call,
     Constant,
     Constructor,
@@ -130,7 +131,8 @@ class _Engine:
         self.types: dict[int, Type] = {}
         self.signatures: dict[str, FuncType] = {gv.name: _declared(f) for gv, f in module.functions}
         self.unknown_ops: set[str] = set()
-        self.attrs_cache: dict[tuple[str, int], Mapping[str, Any]] = {}
+        self.attrs_by_id: dict[tuple[str, int], Mapping[str, Any]] = {}
+        self.attrs_by_fields: dict[tuple[str, Any], Mapping[str, Any]] = {}
         self.ctor_types: dict[int, FuncType] = {}
         for typedef in module.type_definitions:
             self._add_typedef(typedef)
@@ -213,7 +215,22 @@ class _Engine:
                     types[id(var)] = _declared(node.value)
             return True
 
+        relations = RELATIONS
+        completed_attrs = self._completed_attrs
+
         def after(node: Expr) -> None:
+            # Operator calls are most nodes: their fast path is inline.
+            if type(node) is Call:
+                callee = node.op
+                if type(callee) is Op:
+                    relation = relations.get(callee.name)
+                    if relation is not None:
+                        args = tuple([types[id(a)] for a in node.args])
+                        try:
+                            types[id(node)] = relation(args, completed_attrs(callee.name, node.attrs))
+                        except RelationError as err:
+                            raise _relation_error(node, args, err) from None
+                        return
             types[id(node)] = post[type(node)](node)
 
         walk(root, pre=pre, post=after, bind=self._bind)
@@ -381,7 +398,7 @@ class _Engine:
         types = self.types
         body = types[id(func.body)]
         if func.ret_type is not None:
-            body = self._agree(func.ret_type, body, func.span, "the function's result")
+            body = self._agree(func.ret_type, body, func.ret_type.span or func.span, "the function's result")
             self._refine(func.body, body)
         return FuncType(tuple(types[id(p)] for p in func.params), body, func.type_params)
 
@@ -496,7 +513,7 @@ class _Engine:
                 want_text = type_text(substitute(want, subst))
                 raise TypeInferenceError(
                     f"argument {i} of the call has type {type_text(got)}, the callee expects {want_text}",
-                    node.args[i].span or node.span,
+                    node.span,
                     expected=want,
                     actual=got,
                 )
@@ -513,19 +530,37 @@ class _Engine:
         if relation is None:
             self.unknown_ops.add(name)
             return UNKNOWN
-        attrs = node.attrs
-        key = (name, id(attrs))
-        completed = self.attrs_cache.get(key)
-        if completed is None:
-            completed = op_attrs.complete_attrs(name, attrs).as_dict()
-            self.attrs_cache[key] = completed
         try:
-            return relation(args, completed)
+            return relation(args, self._completed_attrs(name, node.attrs))
         except RelationError as err:
-            shown = ", ".join(type_text(a) for a in args)
-            raise TypeInferenceError(
-                f"{err.message} (argument types: {shown})", node.span, actual=TupleType(args)
-            ) from None
+            raise _relation_error(node, args, err) from None
+
+    def _completed_attrs(self, name: str, attrs: Attrs | None) -> Mapping[str, Any]:
+        """A call's attributes with TVM's defaults, as a dict; cached per
+        Attrs object (alive as long as the module) and per distinct field
+        values (most calls share them)."""
+        by_id = self.attrs_by_id
+        key = (name, id(attrs))
+        found = by_id.get(key)
+        if found is not None:
+            return found
+        fields_key = (name, attrs.fields if attrs is not None else ())
+        try:
+            found = self.attrs_by_fields.get(fields_key)
+            hashable = True
+        except TypeError:  # an unhashable attribute value (an opaque meta object)
+            hashable = False
+        if found is None:
+            found = op_attrs.complete_attrs(name, attrs).as_dict()
+            if hashable:
+                self.attrs_by_fields[fields_key] = found
+        by_id[key] = found
+        return found
+
+
+def _relation_error(node: Call, args: tuple[Type, ...], err: RelationError) -> TypeInferenceError:
+    shown = ", ".join(type_text(a) for a in args)
+    return TypeInferenceError(f"{err.message} (argument types: {shown})", node.span, actual=TupleType(args))
 
 
 def _unbound_to_unknown(t: Type, params: frozenset[TypeVar]) -> Type:
