@@ -313,8 +313,12 @@ def _well_typed(module: A.Module) -> A.Module:
             return A.Constant(A.NDArray(data.dtype, (4, 4), data.data * 16), span=new.span)
         return new
 
-    functions = tuple((gv, relay.rewrite(func, visit)) for gv, func in module.functions)
-    return A.Module(functions, module.type_definitions, module.meta)
+    functions = []
+    for gv, func in module.functions:
+        rewritten = relay.rewrite(func, visit)
+        assert isinstance(rewritten, A.Function)
+        functions.append((gv, rewritten))
+    return A.Module(tuple(functions), module.type_definitions, module.meta)
 
 
 @settings(max_examples=60, deadline=None)

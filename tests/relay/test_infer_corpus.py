@@ -90,13 +90,13 @@ def commented_nodes(text: str, module: A.Module) -> Iterator[tuple[int, int, A.E
             end -= 1
         line = text.count("\n", 0, end) + 1
         column = end - line_starts[line - 1] + 1
-        node = ending.get((line, column))
-        if node is None:
+        target: A.Expr | None = ending.get((line, column))
+        if target is None:
             # `meta[relay.Constant][i]` is the table's node, which has no span.
             ref = _META_CONSTANT.match(text, max(0, text.rfind("meta[", 0, end)), end)
             if ref is not None:
-                node = module.meta["relay.Constant"][int(ref.group(1))]
-        yield line, column, node, m.group("ty")
+                target = module.meta["relay.Constant"][int(ref.group(1))]
+        yield line, column, target, m.group("ty")
 
 
 def check_text_file(path: Path) -> int:
