@@ -9,11 +9,7 @@ Run: `python benchmarks/infer.py [--repeat N] [--quick]`.
 from __future__ import annotations
 
 import argparse
-import gc
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,19 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import relay
 from relay import ast as A
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from relay_io import best_time  # a sibling script: the median of 3 or more runs
+
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 MODELS = ("mlp", "resnet18", "resnet50", "mobilenet", "inception_v3", "densenet121", "lstm", "resnet18.fused")
 TARGETS_MS = {"resnet50": 30.0, "densenet121": 60.0, "chain 200k": 5000.0}
-
-
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def chain(n: int) -> A.Module:
@@ -73,7 +62,7 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, module, repeat in cases:
         nodes = len(relay.post_order([f for _, f in module.functions]))
-        ms = median_ms(lambda m=module: relay.infer_types(m), repeat)  # type: ignore[misc]
+        ms = best_time(lambda m=module: relay.infer_types(m), repeat) * 1e3  # type: ignore[misc]
         target = TARGETS_MS.get(name)
         mark = "" if target is None else f"{target:.0f} ({'ok' if ms < target else 'MISSED'})"
         print(f"| {name} | {nodes} | {ms:.1f} | {repeat} | {mark} |")
