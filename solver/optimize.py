@@ -777,7 +777,9 @@ def _read(model_text: str, problem: Problem) -> list[int]:
 def _z3_optimize(
     problem: Problem, weights: Weights, start: Solution | None, deadline: Deadline
 ) -> Solution | None:
-    """Z3 Optimize (weighted MaxSAT) with the time left; None when infeasible."""
+    """Z3 Optimize (weighted MaxSAT) with half the time left; None when
+    infeasible. On time-out: the best plan Z3 or the warm start has (its bound
+    is the caller's), or SolverTimeout when there is none."""
     lines, soft, _, nvars = _encode(problem, weights, track=False)
     ctx = z3.Context()
     opt = z3.Optimize(ctx=ctx)
@@ -805,9 +807,12 @@ def _z3_optimize(
             value = evaluate(problem, weights, assign)[0]
             if best is None or value < best.objective:
                 best = Solution(assign, value, start.lower if start else 0, "z3 (time-out)", nvars)
-    if best is not None:
-        best.variables = nvars
-        best.method = "z3 (time-out)"
+    if best is None:
+        raise SolverTimeout(
+            f"Z3 found no plan in the time left ({opt.reason_unknown()})", opt.reason_unknown()
+        )
+    best.variables = nvars
+    best.method = "z3 (time-out)"
     return best
 
 
@@ -874,6 +879,10 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
             # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
             return Solution(assign, value, value, "min-cut")
         start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
+    elif not problem.budgets:
+        # Three or more devices: every class at its cheapest device is a plan.
+        cheapest = [min(ok, key=lambda d, c=c: problem.unary[c][d]) for c, ok in enumerate(problem.allowed)]
+        start = Solution(cheapest, evaluate(problem, weights, cheapest)[0], 0, "cheapest")
     found = _z3_optimize(problem, weights, start, deadline)
     if found is not None and found.method == "z3 (time-out)" and found.lower == 0:
         found.lower = _relaxation_bound(problem, weights)

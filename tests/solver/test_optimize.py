@@ -322,3 +322,21 @@ def test_tvm_mode_prediction_reports_why_it_is_missing() -> None:
 def test_unknown_mode_is_a_config_error() -> None:
     with pytest.raises(solver.PlanConfigError):
         solver.plan(relay.parse_text(MLP), solver.PlanConfig(mode="fast"))
+
+
+@needs_corpus
+def test_time_out_returns_the_best_plan_and_its_bound() -> None:
+    # A frozen clock: the deadline never passes, but Z3 gets half of the 2 ms
+    # left, far too little to prove a three-device resnet18 optimal.
+    module = _model("resnet18")
+    result = solver.plan(
+        module,
+        solver.PlanConfig(
+            mode="optimize", virtual_devices=("cpu", "cuda", "cuda:1"), timeout_ms=2, clock=lambda: 0.0
+        ),
+    )
+    cost = result.cost
+    assert cost is not None
+    assert not cost.optimal
+    assert 0 < cost.bound_ms <= cost.predicted_ms
+    assert len(result.copies) == cost.copies
