@@ -58,6 +58,17 @@ class Settings(BaseSettings):
     artifact_dir: Path = Field(
         Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
     )
+    artifact_max_bytes: int = Field(
+        8 * 1024 * 1024 * 1024,
+        ge=0,
+        description="Byte quota of the stored libraries; beyond it the least recently used are evicted "
+        "(never one being written or downloaded). 0: no quota.",
+    )
+    artifact_max_age_s: float = Field(
+        30 * 24 * 3600.0,
+        ge=0,
+        description="Stored libraries unused for longer than this are evicted. 0: no age limit.",
+    )
     # Admission control and memory (issue 12): see README "Limits".
     max_inflight_bytes: int = Field(
         128 * 1024 * 1024,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 import solver
+
+if TYPE_CHECKING:
+    from service.config import Settings
+    from service.planning import PlanJob
 
 # --------------------------------------------------------------------------
 # Device specs and request-level constraints (device-planning.md, section 1)
@@ -228,6 +232,30 @@ class PlanRequest(BaseModel):
     )
 
 
+def to_plan_job(
+    request: PlanRequest, settings: Settings, *, request_id: str | None = None
+) -> PlanJob:
+    """The planning job of a /plan or /compile request, its time limit clamped
+    to the server's bounds (the request's `timeout_ms`, else the default, at most
+    `max_timeout_ms`)."""
+    from service.planning import PlanJob
+
+    return PlanJob(
+        module=request.module,
+        input_format=request.format,
+        virtual_devices=tuple(spec_to_plain(s) for s in request.virtual_devices),
+        default_device=spec_to_plain(request.default_device),
+        host_device=spec_to_plain(request.host_device),
+        constraints=tuple(constraint_to_plain(c) for c in request.constraints),
+        timeout_ms=min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms),
+        **optimize_to_plain(request),
+        output_format=request.output_format,
+        explain=request.explain,
+        name="<request>",
+        request_id=request_id,
+    )
+
+
 class VirtualDeviceOut(BaseModel):
     """One entry of the output's `meta[VirtualDevice]` table; null fields are unconstrained."""
 
@@ -327,6 +355,75 @@ class PlanResponse(BaseModel):
     solver: SolverStats
     explanation: list[str] | None = Field(None, description="Present when the request set explain=true.")
     cost: CostOut | None = Field(None, description='Present in `mode: "optimize"`.')
+
+
+# --------------------------------------------------------------------------
+# POST /compile
+
+TargetValue = Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any]
+
+
+class CompileRequest(PlanRequest):
+    """A Relay module, the planning options of /plan, and the compilation targets."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    targets: dict[str, TargetValue] | None = Field(
+        None,
+        description='Target per device type for virtual devices without one: `{"cpu": "llvm", "cuda": '
+        '"cuda -arch=sm_90"}`. Relay-era strings and TVM 0.27 JSON dicts are both accepted.',
+        examples=[{"cpu": "llvm -mcpu=skylake", "cuda": {"kind": "cuda", "arch": "sm_90"}}],
+    )
+    cuda_arch: str | None = Field(
+        None,
+        pattern=r"^sm_\d+[a-z]?$",
+        description="CUDA arch for cuda targets that name none (default: the server's, sm_75).",
+    )
+    run_check: bool = Field(
+        False,
+        description="Run the library on random inputs and compare with a single-CPU build of the "
+        "unannotated module (only where every device of the plan exists on the server). Every "
+        "parameter of @main must then be a tensor of static shape (else 422 invalid-check).",
+    )
+
+
+class CompileCheck(BaseModel):
+    max_abs_error: float | None = Field(None, description="Largest difference from the single-CPU build.")
+    skipped: str | None = Field(None, description="Why the check did not run (e.g. no GPU on the server).")
+
+
+class CompileReport(BaseModel):
+    planned: bool = Field(
+        ..., description="True when the server planned the module (it was not yet planned)."
+    )
+    devices: list[str] = Field(
+        ..., description='The plan\'s virtual devices as vdevices ("llvm:0", "cuda:0").'
+    )
+    functions_per_device: dict[str, int] = Field(
+        ..., description="Operator calls (compiled kernels invoked) per virtual device."
+    )
+    device_copies: int = Field(
+        ..., description="Copies between devices (R.to_vdevice) in the lowered module."
+    )
+    plan_ms: float = Field(..., description="Planning time (0 when the module came planned).")
+    lower_ms: float = Field(..., description="tvm_bridge.to_relax time.")
+    compile_ms: float = Field(..., description="Legalize, schedule and tvm.compile time.")
+    check: CompileCheck | None = None
+
+
+class CompileResponse(BaseModel):
+    artifact_id: str = Field(
+        ..., description="SHA-256 of the library; GET /artifacts/{artifact_id} returns it."
+    )
+    sha256: str
+    size_bytes: int
+    download: str = Field(..., description="Path of the library.")
+    cache_hit: bool = Field(
+        ...,
+        description="True when an earlier request with the same cache key produced the artifact "
+        "(the key leaves out timeout_ms, explain, output_format and z3_check).",
+    )
+    report: CompileReport
 
 
 # --------------------------------------------------------------------------

@@ -12,14 +12,8 @@ from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.errors import kind_of
 from service.examples import PLAN_EXAMPLES
 from service.logs import current_request_id
-from service.models import (
-    PlanRequest,
-    PlanResponse,
-    constraint_to_plain,
-    optimize_to_plain,
-    spec_to_plain,
-)
-from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
+from service.models import PlanRequest, PlanResponse, to_plan_job
+from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, deadline_s
 from service.pool import PoolBusy
 from service.problems import (
     INTERNAL_ERROR,
@@ -67,24 +61,10 @@ async def plan(
     pool: PoolDep,
     metrics: MetricsDep,
 ) -> JSONResponse:
-    timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
-    job = PlanJob(
-        module=request.module,
-        input_format=request.format,
-        virtual_devices=tuple(spec_to_plain(s) for s in request.virtual_devices),
-        default_device=spec_to_plain(request.default_device),
-        host_device=spec_to_plain(request.host_device),
-        constraints=tuple(constraint_to_plain(c) for c in request.constraints),
-        timeout_ms=timeout_ms,
-        **optimize_to_plain(request),
-        output_format=request.output_format,
-        explain=request.explain,
-        name="<request>",
-        request_id=current_request_id(),
-    )
+    job = to_plan_job(request, settings, request_id=current_request_id())
     metrics.in_flight.inc()
     try:
-        result = await pool.submit(job, deadline_s(timeout_ms))
+        result = await pool.submit(job, deadline_s(job.timeout_ms))
     except PoolBusy:
         metrics.plans.labels("overloaded").inc()
         raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None

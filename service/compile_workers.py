@@ -1,0 +1,226 @@
+"""The compile worker of POST /compile: one spawned process per compile.
+
+`tvm_bridge` (and so TVM) is imported only inside the worker, so the service
+starts, and /plan works, without TVM; a TVM crash or an overrun kills only that
+process. `CompileRun` owns the process: the route waits on it and, whatever
+happens (result, error, time limit, the request cancelled), `stop()` kills it
+if it is still running and removes its temporary library unless it was moved
+into the store. Everything crossing the process boundary is plain data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.errors import COMPILE_FAILED, INTERNAL_ERROR, INVALID_CHECK, INVALID_TARGET, UNSUPPORTED_MODULE
+from service.planning import PlanFailure, PlanJob
+
+log = logging.getLogger("devplan.compile")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileJob:
+    """What one compile needs: the planning job, targets, and where to write the library."""
+
+    plan: PlanJob
+    targets: Mapping[str | int, Any] | None  # device type -> target (string or TVM JSON dict)
+    cuda_arch: str | None
+    run_check: bool
+    library: str  # the temporary path the worker writes (the parent removes it on failure)
+
+
+def _operator_counts(mod: Any) -> tuple[dict[str, int], int]:
+    """Relax operator calls per vdevice ("llvm:0") and `to_vdevice` copies."""
+    from tvm import relax
+
+    counts: dict[str, int] = {}
+    copies = 0
+    skip = {"relax.to_vdevice", "relax.hint_on_device"}
+
+    def visit(expr: Any) -> None:
+        nonlocal copies
+        if isinstance(expr, relax.VarBinding) or not isinstance(expr, relax.Call):
+            return
+        name = getattr(expr.op, "name", "")
+        if name == "relax.to_vdevice":
+            copies += 1
+        if not name.startswith("relax.") or name in skip:
+            return
+        vd = getattr(getattr(expr, "ty", None), "vdevice", None)
+        if vd is None:
+            for arg in expr.args:
+                vd = getattr(getattr(arg, "ty", None), "vdevice", None)
+                if vd is not None:
+                    break
+        key = f"{vd.target.kind.name}:{int(vd.vdevice_id)}" if vd is not None else "default"
+        counts[key] = counts.get(key, 0) + 1
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return counts, copies
+
+
+def _bridge_failure(kind: str, err: Any) -> PlanFailure:
+    """A tvm_bridge error (a relay.RelayError with a span) as a PlanFailure of `kind`."""
+    span = err.span
+    locations: tuple[dict[str, Any], ...] = ()
+    if span is not None:
+        locations = ({"line": span.line, "column": span.column, "message": err.message},)
+    return PlanFailure(kind, err.message, str(err), locations)
+
+
+def compile_request(job: CompileJob) -> dict[str, Any]:
+    """Plan if needed, lower, compile, export to `job.library`, optionally check.
+
+    Raises PlanFailure for every expected failure (kinds of /plan plus
+    unsupported-construct, invalid-target, compile-failed, invalid-check).
+    Returns the library's SHA-256, size and the report.
+    """
+    import hashlib
+
+    import relay
+    import tvm_bridge
+    from service.planning import parse_module, run_plan
+    from tvm_bridge.check import CheckInputError, is_planned, max_abs_error, random_inputs, strip_devices
+
+    module = parse_module(job.plan)
+    inputs = None
+    if job.run_check:  # a user mistake is found before minutes of compiling
+        try:
+            inputs = random_inputs(module["main"])
+        except CheckInputError as err:
+            raise _bridge_failure(INVALID_CHECK.slug, err) from None
+    needs_plan = not is_planned(module)
+    plan_ms = 0.0
+    if needs_plan:
+        start = time.perf_counter()
+        outcome = run_plan(job.plan)
+        module = relay.parse_text(outcome.module, name=job.plan.name)
+        plan_ms = (time.perf_counter() - start) * 1000
+    try:
+        start = time.perf_counter()
+        lowered = tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch)
+        lower_ms = (time.perf_counter() - start) * 1000
+    except tvm_bridge.TargetError as err:
+        raise _bridge_failure(INVALID_TARGET.slug, err) from None
+    except tvm_bridge.BridgeError as err:
+        raise _bridge_failure(UNSUPPORTED_MODULE.slug, err) from None
+    try:
+        start = time.perf_counter()
+        compiled = tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch)
+        compile_ms = (time.perf_counter() - start) * 1000
+    except tvm_bridge.TargetError as err:
+        raise _bridge_failure(INVALID_TARGET.slug, err) from None
+    except tvm_bridge.BridgeError as err:
+        raise _bridge_failure(COMPILE_FAILED.slug, err) from None
+    counts, copies = _operator_counts(lowered)
+    devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(lowered)]
+
+    library = Path(job.library)
+    compiled.export_library(library)
+    data = library.read_bytes()
+
+    check: dict[str, Any] | None = None
+    if inputs is not None:
+        missing = [str(d) for d in compiled.devices if not d.exist]
+        if missing:
+            check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
+        else:
+            result = tvm_bridge.run(compiled, inputs)
+            reference = tvm_bridge.run(tvm_bridge.compile(tvm_bridge.to_relax(strip_devices(module))), inputs)
+            check = {"max_abs_error": max_abs_error(result, reference)}
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_bytes": len(data),
+        "report": {
+            "planned": needs_plan,
+            "devices": devices,
+            "functions_per_device": counts,
+            "device_copies": copies,
+            "plan_ms": round(plan_ms, 3),
+            "lower_ms": round(lower_ms, 3),
+            "compile_ms": round(compile_ms, 3),
+            "check": check,
+        },
+    }
+
+
+def internal_failure(message: str) -> PlanFailure:
+    """An unexpected failure; its message goes to the log, never to the client (a 500)."""
+    return PlanFailure(INTERNAL_ERROR.slug, message, f"error: {message}")
+
+
+def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:
+    """The worker process: send {"ok": result} or {"error": failure}; never raise."""
+    try:
+        result: dict[str, Any] = {"ok": compile_request(job)}
+    except PlanFailure as failure:
+        result = {"error": failure.as_dict()}
+    except Exception as exc:
+        log.exception("compile worker failed")
+        result = {"error": internal_failure(f"{type(exc).__name__}: {exc}").as_dict()}
+    if "error" in result:
+        Path(job.library).unlink(missing_ok=True)
+    conn.send(result)
+    conn.close()
+
+
+Target = Callable[[CompileJob, multiprocessing.connection.Connection], None]
+
+
+class CompileRun:
+    """One compile process, from start to `stop()` (which the caller always reaches)."""
+
+    def __init__(self, job: CompileJob, target: Target = worker_main) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.job = job
+        self._receiver, sender = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=target, args=(job, sender), daemon=True, name="devplan-compile")
+        self._poll: asyncio.Future[bool] | None = None
+        self.proc.start()
+        sender.close()
+
+    async def wait(self, timeout_s: float) -> dict[str, Any] | None:
+        """The worker's answer; None when it did not answer within `timeout_s`
+        (the caller then stops it). Cancelling this leaves the process running
+        until `stop()`."""
+        loop = asyncio.get_running_loop()
+        self._poll = loop.run_in_executor(None, self._receiver.poll, timeout_s)
+        ready = await self._poll
+        if not ready:
+            return None
+        try:
+            answer: dict[str, Any] = self._receiver.recv()
+        except EOFError:
+            self.proc.join(5)
+            failure = internal_failure(f"the compiler process died (exit code {self.proc.exitcode})")
+            answer = {"error": failure.as_dict()}
+        return answer
+
+    def stop(self) -> None:
+        """Kill the process if it still runs, reap it, and remove its temporary
+        library unless it was already moved into the store."""
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(10)
+        if self._poll is not None and not self._poll.done():
+            # A cancelled wait's poll is still in its thread; the dead process closed
+            # its end, so it returns at once: close the pipe after it, not under it.
+            self._poll.add_done_callback(lambda _: self._close())
+        else:
+            self._close()
+        Path(self.job.library).unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._receiver.close()
