@@ -881,7 +881,7 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
         start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
     elif not problem.budgets:
         # Three or more devices: every class at its cheapest device is a plan.
-        cheapest = [min(ok, key=lambda d, c=c: problem.unary[c][d]) for c, ok in enumerate(problem.allowed)]
+        cheapest = [min(ok, key=problem.unary[c].__getitem__) for c, ok in enumerate(problem.allowed)]
         start = Solution(cheapest, evaluate(problem, weights, cheapest)[0], 0, "cheapest")
     found = _z3_optimize(problem, weights, start, deadline)
     if found is not None and found.method == "z3 (time-out)" and found.lower == 0:
