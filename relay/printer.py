@@ -362,7 +362,7 @@ class _Printer:
             params.append(f"virtual_device={self.meta_ref('VirtualDevice', func.virtual_device)}")
         head += "(" + ", ".join(params) + ")"
         ret_type = func.ret_type
-        if ret_type is None and self.types is not None:
+        if ret_type is None and self.types is not None and func in self.types:
             func_type = self.types.of(func)
             ret_type = _printable(func_type.ret_type) if isinstance(func_type, A.FuncType) else None
         if ret_type is not None:
@@ -377,7 +377,7 @@ class _Printer:
     def _annotation(self, var: A.Var) -> str:
         """`: T` for a binder: its written type, else its inferred one."""
         ty = var.type_annotation
-        if ty is None and self.types is not None:
+        if ty is None and self.types is not None and var in self.types:
             ty = _printable(self.types.of(var))
         return "" if ty is None else ": " + self.type(ty)
 

@@ -32,6 +32,7 @@ from ..ast import (
     FuncType,
     GlobalVar,
     If,
+    IncompleteType,
     Let,
     Match,
     Module,
@@ -111,12 +112,15 @@ def infer_types(module: Module, *, check_annotations: bool = True) -> Types:
     return Types(module, engine.types, engine.signatures, frozenset(engine.unknown_ops))
 
 
+def _written(annotation: Type | None) -> Type:
+    """A written type, UNKNOWN where there is none (absent or `_`)."""
+    return UNKNOWN if annotation is None or isinstance(annotation, IncompleteType) else annotation
+
+
 def _declared(func: Function) -> FuncType:
     """A function's written signature; missing parts are UNKNOWN."""
     return FuncType(
-        tuple(p.type_annotation if p.type_annotation is not None else UNKNOWN for p in func.params),
-        func.ret_type if func.ret_type is not None else UNKNOWN,
-        func.type_params,
+        tuple(_written(p.type_annotation) for p in func.params), _written(func.ret_type), func.type_params
     )
 
 
@@ -131,6 +135,8 @@ class _Engine:
         self.types: dict[int, Type] = {}
         self.signatures: dict[str, FuncType] = {gv.name: _declared(f) for gv, f in module.functions}
         self.unknown_ops: set[str] = set()
+        self.done: set[str] = set()  # globals inferred at least once
+        self.early_reads: dict[str, FuncType] = {}  # globals used before that, as seen then
         self.attrs_by_id: dict[tuple[str, int], Mapping[str, Any]] = {}
         self.attrs_by_fields: dict[tuple[str, Any], Mapping[str, Any]] = {}
         self.ctor_types: dict[int, FuncType] = {}
@@ -157,16 +163,26 @@ class _Engine:
     # ------------------------------------------------------------ driver
 
     def run(self) -> None:
-        for gv, func in self._global_order():
-            self.types[id(gv)] = self.signatures[gv.name]
-            self._walk(func)
-            sig = self.types[id(func)]
-            assert isinstance(sig, FuncType)
-            self.signatures[gv.name] = sig
+        order = self._global_order()
+        for gv, func in order:
+            self._infer_global(gv, func)
+        # Globals that recurse (alone or in a cycle) were called before their
+        # result type was known; once more with the inferred signatures.
+        if any(self.signatures[name] != early for name, early in self.early_reads.items()):
+            for gv, func in order:
+                self._infer_global(gv, func)
         for gv, _ in self.module.functions:
             self.types[id(gv)] = self.signatures[gv.name]
         if self.module.expr is not None:
             self._walk(self.module.expr)
+
+    def _infer_global(self, gv: GlobalVar, func: Function) -> None:
+        self.types[id(gv)] = self.signatures[gv.name]
+        self._walk(func)
+        sig = self.types[id(func)]
+        assert isinstance(sig, FuncType)
+        self.signatures[gv.name] = sig
+        self.done.add(gv.name)
 
     def _global_order(self) -> list[tuple[GlobalVar, Function]]:
         """Globals with callees first (definition order where nothing needs to
@@ -242,7 +258,7 @@ class _Engine:
         match node:
             case Function(params=params):
                 for p in params:
-                    types[id(p)] = p.type_annotation if p.type_annotation is not None else UNKNOWN
+                    types[id(p)] = _written(p.type_annotation)
             case Let(var=var, value=value):
                 inferred = types[id(value)]
                 annotation = var.type_annotation
@@ -355,7 +371,12 @@ class _Engine:
         return var.type_annotation if var.type_annotation is not None else UNKNOWN
 
     def _global(self, gv: GlobalVar) -> Type:
-        return self.signatures.get(gv.name, UNKNOWN)
+        found = self.signatures.get(gv.name)
+        if found is None:
+            return UNKNOWN
+        if gv.name not in self.done:
+            self.early_reads.setdefault(gv.name, found)
+        return found
 
     def _constant(self, node: Constant) -> Type:
         data = node.data

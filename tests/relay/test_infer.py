@@ -207,6 +207,31 @@ def test_globals_in_dependency_order_and_recursion() -> None:
     )
 
 
+MUTUAL = (
+    "def @even(%n: int32, %x: Tensor[(2), float32]) {\n"
+    "  %0 = equal(%n, 0);\n"
+    "  if (%0) { %x } else { %1 = subtract(%n, 1); @odd(%1, %x) }\n}\n"
+    "def @odd(%m: int32, %y: Tensor[(2), float32]) {\n"
+    "  %2 = subtract(%m, 1);\n  %3 = @even(%2, %y);\n  nn.relu(%3)\n}"
+)
+
+
+def test_mutual_recursion_without_written_result_types() -> None:
+    module, types = infer(MUTUAL)
+    t2 = A.TensorType((2,), "float32")
+    assert types.function("odd") == types.function("even") == A.FuncType((A.TensorType((), "int32"), t2), t2)
+    odd_body = module["odd"].body
+    assert isinstance(odd_body, A.Call)
+    assert types.of(odd_body.args[0]) == t2  # the call of @even, typed on the second pass
+
+
+def test_mutual_recursion_type_error() -> None:
+    # @odd returns a pair, so @even's branches (a tensor, @odd's result) disagree.
+    err = error_of(MUTUAL.replace("nn.relu(%3)", "%4 = nn.relu(%3);\n  (%4, %4)"))
+    assert (err.line, err.column) == (3, 3)
+    assert "branches of `if` disagree" in err.message
+
+
 def test_adt_match_and_polymorphic_constructors() -> None:
     module, types = infer(
         "type List[A] {\n  Cons(A, List[A]),\n  Nil,\n}\n"
