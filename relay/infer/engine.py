@@ -136,6 +136,11 @@ class _Engine:
         self.signatures: dict[str, FuncType] = {gv.name: _declared(f) for gv, f in module.functions}
         self.unknown_ops: set[str] = set()
         self.done: set[str] = set()  # globals inferred at least once
+        # Parameters without a written type learn it from the first call of
+        # their function (a literal, or let-bound) whose argument type is known.
+        self.hints: dict[int, Type] = {}
+        self.new_hints = False
+        self.let_functions: dict[int, Function] = {}
         self.early_reads: dict[str, FuncType] = {}  # globals used before that, as seen then
         self.attrs_by_id: dict[tuple[str, int], Mapping[str, Any]] = {}
         self.attrs_by_fields: dict[tuple[str, Any], Mapping[str, Any]] = {}
@@ -174,11 +179,20 @@ class _Engine:
         for gv, _ in self.module.functions:
             self.types[id(gv)] = self.signatures[gv.name]
         if self.module.expr is not None:
-            self._walk(self.module.expr)
+            self._walk_until_settled(self.module.expr)
+
+    def _walk_until_settled(self, root: Expr) -> None:
+        """Walk `root`; again while calls taught unannotated parameters of
+        local functions their types (each pass fixes at least one more)."""
+        while True:
+            self.new_hints = False
+            self._walk(root)
+            if not self.new_hints:
+                return
 
     def _infer_global(self, gv: GlobalVar, func: Function) -> None:
         self.types[id(gv)] = self.signatures[gv.name]
-        self._walk(func)
+        self._walk_until_settled(func)
         sig = self.types[id(func)]
         assert isinstance(sig, FuncType)
         self.signatures[gv.name] = sig
@@ -225,6 +239,7 @@ class _Engine:
                 # A let-bound function may call itself: give the binder the
                 # written signature before the function's body is inferred.
                 var = node.var
+                self.let_functions[id(var)] = node.value
                 if var.type_annotation is not None:
                     types[id(var)] = var.type_annotation
                 else:
@@ -257,8 +272,10 @@ class _Engine:
         types = self.types
         match node:
             case Function(params=params):
+                hints = self.hints
                 for p in params:
-                    types[id(p)] = _written(p.type_annotation)
+                    written = _written(p.type_annotation)
+                    types[id(p)] = hints.get(id(p), written) if written is UNKNOWN else written
             case Let(var=var, value=value):
                 inferred = types[id(value)]
                 annotation = var.type_annotation
@@ -513,6 +530,9 @@ class _Engine:
             ftype: Type = self._constructor(callee)
         else:
             ftype = types[id(callee)]
+            literal = callee if type(callee) is Function else self.let_functions.get(id(callee))
+            if literal is not None and len(literal.params) == len(args):
+                self._learn_parameter_types(literal, args)
         if isinstance(ftype, UnknownType):
             return UNKNOWN
         if not isinstance(ftype, FuncType):
@@ -545,6 +565,13 @@ class _Engine:
         if params:
             result = _unbound_to_unknown(result, params)
         return result
+
+    def _learn_parameter_types(self, func: Function, args: tuple[Type, ...]) -> None:
+        hints = self.hints
+        for param, arg in zip(func.params, args):
+            if _written(param.type_annotation) is UNKNOWN and id(param) not in hints and is_known(arg):
+                hints[id(param)] = arg
+                self.new_hints = True
 
     def _op_call(self, node: Call, name: str, args: tuple[Type, ...]) -> Type:
         relation = RELATIONS.get(name)

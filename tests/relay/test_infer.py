@@ -276,6 +276,23 @@ def test_refs_tuples_lets_and_closures() -> None:
     assert types.function("main").ret_type == A.TupleType((T23, A.TupleType(())))
 
 
+def test_unannotated_parameters_learn_from_calls() -> None:
+    module, types = infer(
+        "def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(4, 3), float32]) {\n"
+        "  let %y = nn.dense(%x, %w);\n"
+        "  let %f = fn (%a) { negative(%a) };\n"
+        "  let %g = fn (%b, %c) { %f(add(%b, %c)) };\n"
+        "  %0 = fn (%d) { exp(%d) }(%y);\n"
+        "  %g(%y, %0)\n}"
+    )
+    t24 = A.TensorType((2, 4), "float32")
+    assert types.function("main").ret_type == t24
+    params = [
+        p for node in relay.post_order(module["main"]) if isinstance(node, A.Function) for p in node.params
+    ]
+    assert sorted(p.name for p in params if types.of(p) == t24) == ["a", "b", "c", "d"]
+
+
 def test_constants_and_meta_constants() -> None:
     module, types = infer(
         'def @main(%x: Tensor[(2, 3), float32]) {\n  %0 = multiply(%x, 2f);\n  cast(%0, dtype="int8")\n}'
