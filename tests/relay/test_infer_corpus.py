@@ -23,18 +23,11 @@ from .conftest import CORPUS, corpus_files
 
 _TY_COMMENT = re.compile(r"/\* ty=(?P<ty>.*?)(?: span=\S*)? \*/")
 _META_CONSTANT = re.compile(r"meta\[relay\.Constant\]\[(\d+)\]\s*\Z")
-_BIG = {"densenet121", "inception_v3", "lstm", "resnet50", "resnet18", "resnet3d_18", "mobilenet", "vgg16"}
 
 
 def _annotated_files() -> list[Path]:
     files = corpus_files("*.relay") + corpus_files("random/*.relay") + corpus_files("constructs/*.relay")
     return [p for p in files if "/* ty=" in p.read_text()]
-
-
-def _param(path: Path) -> object:
-    rel = str(path.relative_to(CORPUS))
-    slow = path.parent == CORPUS and path.name.split(".")[0] in _BIG
-    return pytest.param(path, id=rel, marks=[pytest.mark.slow] if slow else [])
 
 
 TEXT_FILES = _annotated_files()
@@ -124,13 +117,13 @@ def check_text_file(path: Path) -> int:
 
 
 @pytest.mark.skipif(not TEXT_FILES, reason=f"corpus folder {CORPUS} is absent")
-@pytest.mark.parametrize("path", [_param(p) for p in TEXT_FILES])
+@pytest.mark.parametrize("path", TEXT_FILES, ids=[str(p.relative_to(CORPUS)) for p in TEXT_FILES])
 def test_inferred_types_match_tvm_comments(path: Path) -> None:
     assert check_text_file(path) > 0
 
 
 @pytest.mark.skipif(not JSON_FILES, reason=f"corpus folder {CORPUS} is absent")
-@pytest.mark.parametrize("path", [_param(p) for p in JSON_FILES])
+@pytest.mark.parametrize("path", JSON_FILES, ids=[p.name for p in JSON_FILES])
 def test_inferred_types_match_tvm_json_checked_types(path: Path) -> None:
     module = relay.load_json(path.read_text())
     types = infer_types(module)
