@@ -11,7 +11,12 @@ depends on it) is `UNKNOWN`; that is not an error.
 
 Global functions are inferred callees first, so a call of a global whose
 result type is not written gets the inferred one; in a cycle of globals
-the calls made before the callee is done use its written signature.
+the calls made before the callee is done use its written signature, and a
+second pass uses the inferred ones. A parameter of a local function with
+no written type takes the argument type of the first call of that function
+where it is known (one more walk of the enclosing global per round). Where
+the context fixes an unknown part of a type (`Nothing` in one branch,
+`Just(%x)` in the other), that part is filled in afterwards.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ class Types:
     names the operators seen that have no type relation.
     """
 
-    module: Module
+    module: Module = field(repr=False)
     _by_id: Mapping[int, Type] = field(repr=False)
     _functions: Mapping[str, FuncType] = field(repr=False)
     unknown_ops: frozenset[str] = frozenset()
