@@ -661,10 +661,16 @@ def _two_devices(problem: Problem) -> tuple[int, int] | None:
 
 
 def _cut(
-    problem: Problem, weights: Weights, pair: tuple[int, int], penalty: Mapping[int, int] | None = None
+    problem: Problem,
+    weights: Weights,
+    pair: tuple[int, int],
+    penalty: Mapping[int, int] | None = None,
+    intermediates: bool = True,
 ) -> tuple[int, list[int]]:
-    """The exact two-device optimum by minimum cut (with optional extra cost per
-    byte placed on a device, for the budget heuristic)."""
+    """The exact two-device optimum by minimum cut, and its value without the
+    problem's constants. `penalty`: an extra cost per byte placed on (weights,
+    copies in, and with `intermediates` each class's largest result) a device,
+    for the budget heuristic and its Lagrangian bound."""
     d0, d1 = pair
     unary: list[tuple[int | None, int | None]] = []
     for c, ok in enumerate(problem.allowed):
@@ -675,7 +681,7 @@ def _cut(
                 continue
             v = problem.unary[c][d] * weights.per_ns + (0 if d == problem.pref[c] else 1)
             if penalty and d in penalty:
-                v += penalty[d] * (problem.weights[c] + problem.largest[c])
+                v += penalty[d] * (problem.weights[c] + (problem.largest[c] if intermediates else 0))
             costs.append(v)
         unary.append((costs[0], costs[1]))
     pairs = []
@@ -879,6 +885,8 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
             # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
             return Solution(assign, value, value, "min-cut")
         start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
+        if start is not None and start.lower >= start.objective:
+            return start
     elif not problem.budgets:
         # Three or more devices: every class at its cheapest device is a plan.
         cheapest = [min(ok, key=problem.unary[c].__getitem__) for c, ok in enumerate(problem.allowed)]
@@ -898,16 +906,28 @@ def _budget_heuristic(
     deadline: Deadline,
 ) -> Solution | None:
     """A plan within the budgets: minimum cuts with a growing price per byte on
-    the devices the relaxation overfills (Lagrangian style); its bound is the
-    relaxation's optimum."""
+    the devices the relaxation overfills (Lagrangian style). Its bound is the
+    best Lagrangian dual value seen: for a price p >= 0 on the weights and
+    copies placed on device d, min(objective + p * (bytes on d - budget of d))
+    is below every plan within the budget (whose bytes on d fit)."""
     over = {d for d, _need, _budget in budget_violations(problem, relaxed)}
+    constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+    bound = lower
 
     def trial(scale: int) -> Solution | None:
+        nonlocal bound
         deadline.check("optimize")
-        _, assign = _cut(problem, weights, pair, {d: scale for d in over})
-        if budget_violations(problem, assign):
+        prices = {d: scale for d in over}
+        value, dual_plan = _cut(problem, weights, pair, prices, intermediates=False)
+        fixed = sum(p * (problem.fixed_copy_bytes.get(d, 0) - problem.budgets[d]) for d, p in prices.items())
+        bound = max(bound, value + constant + fixed)
+        _, assign = _cut(problem, weights, pair, prices)
+        # Either cut may fit the budgets (the dual's plan ignores intermediates).
+        fits = [a for a in (dual_plan, assign) if not budget_violations(problem, a)]
+        if not fits:
             return None
-        return Solution(assign, evaluate(problem, weights, assign)[0], lower, "min-cut + budget")
+        best_fit = min(fits, key=lambda a: evaluate(problem, weights, a)[0])
+        return Solution(best_fit, evaluate(problem, weights, best_fit)[0], bound, "min-cut + budget")
 
     low, high = 0, 1
     best = trial(high)
@@ -926,6 +946,10 @@ def _budget_heuristic(
             high = mid
             if found.objective < best.objective:
                 best = found
+    if best is not None:
+        best.lower = min(bound, best.objective)
+        if best.lower == best.objective:
+            best.method = "min-cut + budget (dual bound)"
     return best
 
 
