@@ -119,7 +119,7 @@ def test_json_module_meta_lists_its_virtual_devices(corpus: Path) -> None:
     for node in relay.post_order(main.body):
         if isinstance(node, A.Call) and node.attrs is not None:
             used.extend(v for _, v in node.attrs.fields if isinstance(v, VirtualDevice))
-    used.extend(p.virtual_device for p in main.params if p.virtual_device is not None)
+    used.extend(p.virtual_device for p in main.params if isinstance(p.virtual_device, VirtualDevice))
     assert used and all(any(u == d for d in devices) for u in used)
     cuda = next(d for d in devices if d.device_type == 2)
     assert cuda.target is not None and cuda.target.kind == "cuda"
@@ -146,6 +146,7 @@ def test_json_decodes_relay_nodes(corpus: Path) -> None:
     constants = [n for n in nodes if isinstance(n, A.Constant)]
     assert constants and all(c.data is not None and c.checked_type is not None for c in constants)
     c = constants[0]
+    assert c.data is not None
     assert isinstance(c.checked_type, A.TensorType) and c.checked_type.shape == c.data.shape
     # graph sharing in the JSON is sharing in the IR
     var_users = collections.Counter(id(a) for n in nodes if isinstance(n, A.Call) for a in n.args)
@@ -159,7 +160,7 @@ def test_lstm_split_keeps_boxed_sections(corpus: Path) -> None:
         for n in relay.post_order(module["main"].body)
         if isinstance(n, A.Call) and isinstance(n.op, A.Op) and n.op.name == "split"
     ]
-    assert splits
+    assert splits and splits[0].attrs is not None
     value = splits[0].attrs.get("indices_or_sections")
     assert isinstance(value, tvm_json.TVMObject) and value.type_key == "runtime.BoxInt"
     assert value.boxed_value() == 4
@@ -193,6 +194,7 @@ def test_edited_module_keeps_unchanged_nodes(corpus: Path) -> None:
     assert (
         props is not None and props.virtual_device == dev and props.constrain_result and props.constrain_body
     )
+    assert isinstance(new_main.body, A.Call)
     assert relay.structural_equal(new_main.body.args[0], main.body)
     # the old body is copied verbatim: all its original nodes are there
     old_nodes = collections.Counter(
@@ -247,6 +249,7 @@ def test_text_attrs_are_completed_with_defaults() -> None:
     assert layout == {"type_key": "runtime.String", "repr_str": "NCHW"}
     back = relay.load_json(relay.dump_json(module))
     call = back["main"].body
+    assert isinstance(call, A.Call) and call.attrs is not None
     assert call.attrs.get("padding") == (1, 1) and call.attrs.get("kernel_size") is None
     assert relay.structural_equal(module, back)
 
@@ -261,7 +264,9 @@ def test_new_constants_are_written_as_b64ndarrays() -> None:
     doc = json.loads(out)
     assert len(doc["b64ndarrays"]) == 1
     back = relay.load_json(out)
-    got = back["main"].body.args[1]
+    back_body = back["main"].body
+    assert isinstance(back_body, A.Call)
+    got = back_body.args[1]
     assert isinstance(got, A.Constant) and got.data == data
 
 
@@ -364,6 +369,112 @@ def test_meta_ref_placeholder_cannot_be_encoded() -> None:
 
 
 # --------------------------------------------------------------------------
+# The metadata type memory: bounded by bytes, no growth with traffic
+
+
+def _bound_program(rows: int, cols: int) -> str:
+    """A program whose weight and bias are metadata constants; the bias's
+    shape shares the weight's first dimension node, as TVM writes it."""
+    weight = A.NDArray("float32", (rows, cols), bytes(4 * rows * cols))
+    bias = A.NDArray("float32", (rows,), bytes(4 * rows))
+    tables: dict[str, list[Any]] = {
+        "relay.Constant": [
+            A.Constant(weight, checked_type=A.TensorType((rows, cols), "float32")),
+            A.Constant(bias, checked_type=A.TensorType((rows,), "float32")),
+        ]
+    }
+    return (
+        '#[version = "0.0.5"]\n'
+        f"def @main(%x: Tensor[(1, {cols}), float32]) {{\n"
+        "  %0 = nn.dense(%x, meta[relay.Constant][0], units=None);\n"
+        "  nn.bias_add(%0, meta[relay.Constant][1])\n"
+        "}\n\n#[metadata]\n" + tvm_json.encode_meta_section(tables) + "\n"
+    )
+
+
+def _serve(text: str) -> str:
+    """What a planning worker does with a request: parse, print, JSON both ways."""
+    module = relay.parse_text(text)
+    printed = relay.print_text(module)
+    relay.load_json(relay.dump_json(module))
+    return printed
+
+
+def _relay_bytes(snapshot: Any) -> int:
+    import tracemalloc
+
+    relay_files = tracemalloc.Filter(True, str(Path(relay.__file__).parent / "*"))
+    return sum(stat.size for stat in snapshot.filter_traces([relay_files]).statistics("filename"))
+
+
+def test_type_memory_stays_flat_over_many_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory allocated in relay/ code and still held stays flat over a long
+    run of varied requests once the type memory's byte budget is reached.
+    (With the budget lifted, as with the old entry-capped memory, the same
+    run keeps about 150 KB more per 50 requests.)"""
+    import gc
+    import tracemalloc
+
+    from relay.tvm_json.memory import TYPE_MEMORY
+
+    monkeypatch.setattr(TYPE_MEMORY, "max_bytes", 64 * 1024)
+    TYPE_MEMORY.clear()
+    # shapes vary, text lengths do not (two-digit dimensions)
+    texts = [_bound_program(10 + i % 89, 10 + (i * 7) % 89) for i in range(150)]
+    tracemalloc.start(1)
+    try:
+        sizes = []
+        for i, text in enumerate(texts):
+            printed = _serve(text)
+            assert printed.split("#[metadata]\n", 1)[1] == text.split("#[metadata]\n", 1)[1]
+            if i % 50 == 49:
+                gc.collect()
+                sizes.append(_relay_bytes(tracemalloc.take_snapshot()))
+                assert TYPE_MEMORY.bytes <= TYPE_MEMORY.max_bytes
+    finally:
+        tracemalloc.stop()
+        TYPE_MEMORY.clear()
+    # allocator free lists account for a few KB of noise
+    assert abs(sizes[1] - sizes[0]) < 32 * 1024 and abs(sizes[2] - sizes[1]) < 32 * 1024, sizes
+
+
+def test_type_memory_forgets_whole_sections_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.tvm_json.memory import TYPE_MEMORY
+
+    monkeypatch.setattr(TYPE_MEMORY, "max_bytes", 1)  # keeps only the newest section
+    TYPE_MEMORY.clear()
+    try:
+        first_text = _bound_program(16, 4)
+        first = relay.parse_text(first_text)
+        second_text = _bound_program(16, 5)
+        second = relay.parse_text(second_text)
+        assert len(TYPE_MEMORY) == 2  # the newest section's two types only
+        # the newest section re-encodes byte for byte: the bias shares the weight's dimension node
+        assert relay.print_text(second).split("#[metadata]")[1] == second_text.split("#[metadata]")[1]
+        # the forgotten one is encoded afresh: still the same tables
+        again = relay.print_text(first)
+        back = relay.parse_text(again)
+        assert relay.structural_equal(first, back)
+        for a, b in zip(first.meta["relay.Constant"], back.meta["relay.Constant"]):
+            assert a.data == b.data and a.checked_type == b.checked_type
+    finally:
+        TYPE_MEMORY.clear()
+
+
+def test_type_memory_keeps_tvm_dimension_sharing(corpus: Path) -> None:
+    """squeezenet's section shares dimension nodes in ways equal values do not
+    predict; only the remembered raw types re-encode it byte for byte."""
+    from relay.tvm_json.memory import TYPE_MEMORY
+
+    body = _meta_body(corpus / "squeezenet.bound.relay")
+    tables = tvm_json.decode_meta_section(body)
+    assert tvm_json.encode_meta_section(tables) == body
+    TYPE_MEMORY.clear()
+    assert tvm_json.encode_meta_section(tables) != body
+    assert tvm_json.decode_meta_section(tvm_json.encode_meta_section(tables)).keys() == tables.keys()
+
+
+# --------------------------------------------------------------------------
 # NDArrays
 
 
@@ -460,7 +571,11 @@ def test_dangling_index_is_reported(corpus: Path) -> None:
 
 
 def test_cycle_is_reported() -> None:
-    nodes = [{"type_key": ""}, {"type_key": "Array", "data": [2]}, {"type_key": "Array", "data": [1]}]
+    nodes: list[dict[str, Any]] = [
+        {"type_key": ""},
+        {"type_key": "Array", "data": [2]},
+        {"type_key": "Array", "data": [1]},
+    ]
     with pytest.raises(relay.ParseError, match="cyclic"):
         relay.load_json(_minimal(nodes))
 
@@ -658,7 +773,9 @@ def test_types_of_every_kind_round_trip() -> None:
     assert main.attrs == (("Primitive", 1), ("Composite", "my.pattern"))
     assert back.type_definitions[0].header == lst
     back_cons = back.type_definitions[0].constructors[0]
+    assert isinstance(main.body, A.Tuple)
     match_node = main.body.fields[0]
+    assert isinstance(match_node, A.Match) and isinstance(match_node.clauses[0].lhs, A.PatternConstructor)
     assert match_node.clauses[0].lhs.constructor is back_cons and not match_node.complete
     kinds = {n["type_key"] for n in json.loads(out)["nodes"]}
     assert {"tir.Any", "tir.Var", "relay.RefType", "TypeCall", "IncompleteType", "relay.TypeData"} <= kinds
