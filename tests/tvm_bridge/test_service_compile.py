@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import multiprocessing
+import signal
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
+import httpx
 import numpy as np
 import pytest
 
@@ -13,14 +19,15 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from service.config import Settings
 from service.api.routes.compile import COMPILE_EXAMPLE
+from service.compile_workers import CompileJob, CompileRun
+from service.config import Settings
 from service.main import create_app
 
 from .helpers import corpus_path
 
 # The worked example the route shows in Swagger UI: plan on two CPUs, compile, check.
-TWO_CPU = COMPILE_EXAMPLE["value"]
+TWO_CPU = cast(dict[str, Any], COMPILE_EXAMPLE["value"])
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +193,178 @@ def test_real_server_compiles_and_serves_the_artifact(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(30)
+
+
+# --------------------------------------------------------------------------
+# The cache key through the route
+
+
+def test_cache_hit_when_only_timeout_or_explain_change(client: TestClient) -> None:
+    first = client.post("/compile", json=TWO_CPU)
+    assert first.status_code == 200, first.text
+    same = client.post("/compile", json=dict(TWO_CPU, timeout_ms=4321, explain=True))
+    assert same.status_code == 200 and same.json()["cache_hit"] is True
+    assert same.json()["artifact_id"] == first.json()["artifact_id"]
+    other = client.post("/compile", json=dict(TWO_CPU, run_check=False))
+    assert other.status_code == 200 and other.json()["cache_hit"] is False
+
+
+# --------------------------------------------------------------------------
+# Worker processes: failures, time limit, cancellation. Targets run in the
+# spawned worker; `ready` is set once the temporary library exists.
+
+
+def _write_then_block(ready: Any, job: CompileJob, conn: Any) -> None:
+    """A compile that has written its temporary library and never finishes."""
+    import threading
+
+    Path(job.library).write_bytes(b"half a library")
+    ready.set()
+    threading.Event().wait()
+
+
+def _check_explodes(job: CompileJob, conn: Any) -> None:
+    """The real worker, with a run check that raises after the library was exported."""
+    import tvm_bridge.check
+    from service.compile_workers import worker_main
+
+    def boom(*args: Any) -> float:
+        assert Path(job.library).exists()  # the temporary is there when the check fails
+        raise RuntimeError("check exploded at /very/secret/path")
+
+    tvm_bridge.check.max_abs_error = boom  # type: ignore[assignment]
+    worker_main(job, conn)
+
+
+def _fresh_app(tmp_path: Path, **settings: Any) -> Any:
+    return create_app(Settings(pool_kind="thread", pool_size=1, artifact_dir=tmp_path, **settings))
+
+
+def _leftovers(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.startswith("tmp-") or p.suffix == ".tmp"]
+
+
+def test_failing_check_is_a_bare_500_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.api.routes import compile as route
+
+    monkeypatch.setattr(route, "CompileRun", lambda job: CompileRun(job, target=_check_explodes))
+    with TestClient(_fresh_app(tmp_path), raise_server_exceptions=False) as c:
+        response = c.post("/compile", json=TWO_CPU)
+    assert response.status_code == 500
+    body = response.json()
+    assert set(body) <= {"type", "title", "status", "request_id"}
+    assert body["type"].endswith("/internal-error")
+    assert "secret" not in response.text and "RuntimeError" not in response.text
+    assert _leftovers(tmp_path) == []
+    assert not list(tmp_path.glob("*.so"))
+
+
+def test_non_tensor_parameter_with_run_check_is_a_422_saying_what_to_change(tmp_path: Path) -> None:
+    module = (
+        '#[version = "0.0.5"]\ndef @main(%x: (Tensor[(2), float32], Tensor[(2), float32])) {\n  %x.0\n}\n'
+    )
+    request = {"module": module, "default_device": "cpu", "targets": {"cpu": "llvm"}, "run_check": True}
+    with TestClient(_fresh_app(tmp_path), raise_server_exceptions=False) as c:
+        response = c.post("/compile", json=request)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["type"].endswith("/invalid-check")
+    assert "%x is not a tensor" in body["detail"] and "turn the run check off" in body["detail"]
+    assert body["locations"][0]["line"] == 2
+    assert _leftovers(tmp_path) == []
+
+
+class _HeldRun(CompileRun):
+    """A compile run whose wait first sees the temporary library exist (an event,
+    no clock), then behaves as the real wait with `timeout_s` (None: the caller's)."""
+
+    def __init__(self, job: CompileJob, ready: Any, slots: Any) -> None:
+        super().__init__(job, target=functools.partial(_write_then_block, ready))
+        self.ready = ready
+        self.slots = slots
+        self.timeout_s: float | None = None
+        self.stops: list[dict[str, Any]] = []
+
+    async def wait(self, timeout_s: float) -> dict[str, Any] | None:
+        assert await asyncio.to_thread(self.ready.wait, 120)
+        return await super().wait(timeout_s if self.timeout_s is None else self.timeout_s)
+
+    def stop(self) -> None:
+        library = Path(self.job.library)
+        existed = library.exists()
+        super().stop()
+        slot = self.slots()
+        self.stops.append(
+            {
+                "existed": existed,
+                "exitcode": self.proc.exitcode,
+                "slot_still_held": slot is not None and slot.locked(),
+                "library_left": library.exists(),
+            }
+        )
+
+
+def _held(
+    monkeypatch: pytest.MonkeyPatch, app: Any, timeout_s: float | None
+) -> tuple[list[dict[str, Any]], list[_HeldRun]]:
+    """Make the route start `_HeldRun`s; returns the stop records and the runs."""
+    from service.api.routes import compile as route
+
+    ctx = multiprocessing.get_context("spawn")
+    stops: list[dict[str, Any]] = []
+    runs: list[_HeldRun] = []
+
+    def make(job: CompileJob) -> _HeldRun:
+        run = _HeldRun(job, ctx.Event(), lambda: getattr(app.state, "compile_slots", None))
+        run.timeout_s = timeout_s
+        run.stops = stops
+        runs.append(run)
+        return run
+
+    monkeypatch.setattr(route, "CompileRun", make)
+    return stops, runs
+
+
+def test_time_limit_kills_the_compile_after_its_temporary_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _fresh_app(tmp_path)
+    stops, _ = _held(monkeypatch, app, timeout_s=0.0)  # the limit has passed once the file exists
+    with TestClient(app, raise_server_exceptions=False) as c:
+        response = c.post("/compile", json=TWO_CPU)
+    assert response.status_code == 504
+    assert response.json()["type"].endswith("/compile-timeout")
+    assert stops == [
+        {"existed": True, "exitcode": -signal.SIGKILL, "slot_still_held": True, "library_left": False}
+    ]
+    assert _leftovers(tmp_path) == []
+
+
+def test_cancelled_compile_is_killed_before_its_slot_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _fresh_app(tmp_path)
+    stops, runs = _held(monkeypatch, app, timeout_s=None)  # it would run for compile_timeout_s
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            task = asyncio.create_task(client.post("/compile", json=TWO_CPU))
+            while not runs:  # the route starts its run without awaiting anything before
+                await asyncio.sleep(0)
+                assert not task.done(), task.result()
+            assert await asyncio.to_thread(runs[0].ready.wait, 120)  # its temporary exists
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        slots = app.state.compile_slots
+        assert not slots.locked()  # released after the kill
+
+    asyncio.run(scenario())
+    assert stops == [
+        {"existed": True, "exitcode": -signal.SIGKILL, "slot_still_held": True, "library_left": False}
+    ]
+    assert _leftovers(tmp_path) == []
