@@ -9,6 +9,7 @@ grammar and compared by value with `Types.of(node)`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +143,43 @@ def test_inferred_types_match_tvm_json_checked_types(path: Path) -> None:
         checked += 1
     assert not problems, f"{path.name}: {len(problems)} of {checked} differ:\n" + "\n".join(problems[:20])
     assert checked > 0
+
+
+ROUND_TRIP_FILES = corpus_files("constructs/*.relay") + corpus_files("random/*.relay")[:40]
+_COMMENT = re.compile(r"/\*.*?\*/")
+_LET_TYPE = re.compile(r"let (%\w+): [^=]*=")
+
+
+def _without_result_types(module: A.Module) -> A.Module:
+    def visit(old: A.Expr, new: A.Expr) -> A.Expr:
+        return dataclasses.replace(new, ret_type=None) if isinstance(new, A.Function) else new
+
+    functions = []
+    for gv, func in module.functions:
+        rewritten = relay.rewrite(func, visit)
+        assert isinstance(rewritten, A.Function)
+        functions.append((gv, rewritten))
+    return dataclasses.replace(module, functions=tuple(functions))
+
+
+def _types_in_post_order(module: A.Module, types: relay.Types) -> list[A.Type]:
+    return [types.of(n) for n in relay.post_order([f for _, f in module.functions])]
+
+
+@pytest.mark.skipif(not ROUND_TRIP_FILES, reason=f"corpus folder {CORPUS} is absent")
+@pytest.mark.parametrize("path", ROUND_TRIP_FILES, ids=[str(p.relative_to(CORPUS)) for p in ROUND_TRIP_FILES])
+def test_stripped_types_are_printed_back_and_reparse(path: Path) -> None:
+    """Without its let and result types, a module infers the same types, and
+    printing them writes annotations that parse to the same types again."""
+    text = path.read_text()
+    expected = _types_in_post_order(module := relay.parse_text(text), infer_types(module))
+    bare = _LET_TYPE.sub(r"let \1 =", _COMMENT.sub("", text))
+    assert "let %" not in text or _LET_TYPE.search(bare) is None
+    stripped = _without_result_types(relay.parse_text(bare))
+    types = infer_types(stripped)
+    assert _types_in_post_order(stripped, types) == expected
+    printed = relay.print_text(stripped, types=types)
+    again = relay.parse_text(printed)
+    assert _types_in_post_order(again, infer_types(again)) == expected
+    for _, func in again.functions:
+        assert func.ret_type is not None
