@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, kind_of
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     import solver
+    from service.planning import PlanJob
 
 
 class UsageError(Exception):
@@ -150,6 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(DEVPLAN_WORKER_MEMORY_BYTES, 1 GiB)",
     )
     s.add_argument(
+        "--artifact-max-bytes",
+        type=int,
+        help="byte quota of stored /compile libraries, least recently used evicted; 0: none "
+        "(DEVPLAN_ARTIFACT_MAX_BYTES, 8 GiB)",
+    )
+    s.add_argument(
+        "--artifact-max-age-s",
+        type=float,
+        help="evict stored libraries unused for this long; 0: never (DEVPLAN_ARTIFACT_MAX_AGE_S, 30 days)",
+    )
+    s.add_argument(
         "--metrics-require-key",
         action="store_true",
         default=None,
@@ -191,7 +205,7 @@ def _load_json(text: str, flag: str) -> Any:
         raise UsageError(f"{flag}: invalid JSON ({err.msg} at column {err.colno})") from None
 
 
-def _first_error(err: Any) -> str:
+def _first_error(err: ValidationError) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()))
     return f"{where}: {first['msg']}" if where else str(first["msg"])
@@ -212,7 +226,7 @@ def _read_input(path: str) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), name
 
 
-def _make_job(args: argparse.Namespace) -> Any:
+def _make_job(args: argparse.Namespace) -> PlanJob:
     from pydantic import TypeAdapter, ValidationError
 
     from service.models import DeviceConstraint, DeviceSpec, constraint_to_plain, spec_to_plain
@@ -431,6 +445,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "MAX_CONNECTIONS": args.max_connections,
         "WORKER_MEMORY_BYTES": args.worker_memory_bytes,
         "METRICS_REQUIRE_KEY": args.metrics_require_key,
+        "ARTIFACT_MAX_BYTES": args.artifact_max_bytes,
+        "ARTIFACT_MAX_AGE_S": args.artifact_max_age_s,
     }
     for key, value in overrides.items():
         if value is not None:

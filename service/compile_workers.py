@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay import RelayError
 from service.errors import COMPILE_FAILED, INTERNAL_ERROR, INVALID_CHECK, INVALID_TARGET, UNSUPPORTED_MODULE
 from service.planning import PlanFailure, PlanJob
 
@@ -70,7 +71,7 @@ def _operator_counts(mod: Any) -> tuple[dict[str, int], int]:
     return counts, copies
 
 
-def _bridge_failure(kind: str, err: Any) -> PlanFailure:
+def _bridge_failure(kind: str, err: RelayError) -> PlanFailure:
     """A tvm_bridge error (a relay.RelayError with a span) as a PlanFailure of `kind`."""
     span = err.span
     locations: tuple[dict[str, Any], ...] = ()

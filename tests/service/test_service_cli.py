@@ -396,3 +396,23 @@ def test_never_a_traceback_from_the_console_script(tmp_path: Path) -> None:
         r = devplan(*argv)
         assert "Traceback" not in r.stderr, argv
         assert r.returncode in (0, 1), (argv, r.returncode)
+
+
+def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    import uvicorn
+
+    from service.config import Settings, get_settings
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # keep pytest's handlers
+    for name in ("ARTIFACT_MAX_BYTES", "ARTIFACT_MAX_AGE_S", "PORT"):
+        monkeypatch.setenv(f"DEVPLAN_{name}", "1")  # restored afterwards; serve overrides them
+    argv = ["serve", "--artifact-max-bytes", "1048576", "--artifact-max-age-s", "60", "--port", "0"]
+    assert main(argv) == 0
+    settings = Settings()
+    assert (settings.artifact_max_bytes, settings.artifact_max_age_s) == (1048576, 60.0)
+    assert seen["port"] == 0
+    get_settings.cache_clear()
