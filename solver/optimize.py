@@ -80,7 +80,6 @@ from .planner import (
     choose_defaults,
     collect,
     front,
-    plan,
     presolved_devices,
     resolve_devices,
     rewrite_module,
@@ -1166,8 +1165,7 @@ def tvm_mode_prediction(
     does not finish in `timeout_ms` (it never fails the optimize plan)."""
     tvm_config = dataclasses.replace(config, mode="tvm", z3_check=False, timeout_ms=max(1, timeout_ms))
     try:
-        planned = plan(module, tvm_config).module
-        evaluation = evaluate_planned(planned, tvm_config)
+        evaluation = evaluate_planned(module, tvm_config, pins=True)
     except PlanningConflict as err:
         return None, f"the TVM mode's plan conflicts or violates operator support: {err}"
     except SolverTimeout as err:
@@ -1185,11 +1183,15 @@ class Evaluation:
     per_device_ops: Mapping[str, int]
 
 
-def evaluate_planned(planned: Module, config: PlanConfig) -> Evaluation:
-    """The predicted cost of a module already planned (every device explicit,
-    as the planner writes it), under `config`'s cost model. Raises
-    PlanningConflict when it places an operator on a device without support."""
-    evaluation_config = dataclasses.replace(config, mode="optimize", constraints=())
+def evaluate_planned(planned: Module, config: PlanConfig, pins: bool = False) -> Evaluation:
+    """The predicted cost of the TVM mode's plan of `planned` under `config`'s
+    cost model: for a module the planner wrote (every device explicit), that
+    module's own placement; with `pins`, the request's pins apply too (the
+    TVM-mode prediction of a request). Raises PlanningConflict when the plan
+    conflicts or places an operator on a device without support."""
+    evaluation_config = dataclasses.replace(
+        config, mode="optimize", constraints=config.constraints if pins else ()
+    )
     optimized = optimize_fixed(planned, evaluation_config)
     problem, assign = optimized
     weights = Weights.of(problem)
@@ -1233,7 +1235,8 @@ def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[i
     tvm_collector = internals.collector
     # Costs over the TVM collector's classes: operator edges are all hard there,
     # so copies are exactly the module's device_copy calls.
-    sizes = Sizes(*_types_only(planned, config))
+    typed = dataclasses.replace(planned, functions=tuple(tvm_collector.functions), expr=None)
+    sizes = Sizes(*_types_only(typed, config))
     sizes.run([f for _, f in tvm_collector.functions if is_optimizable(f)])
     cut = _as_cut(tvm_collector)
     candidates = candidate_devices(tvm_collector.ds, internals.table, [internals.default, internals.host])
@@ -1274,10 +1277,14 @@ def _as_cut(collector: Collector) -> CutCollector:
     operator calls are every primitive operator call it collected."""
     cut = CutCollector.__new__(CutCollector)
     cut.__dict__.update(collector.__dict__)
+    nodes = post_order([f for _, f in collector.functions if is_optimizable(f)], enter=not_primitive)
+    calls = [n for n in nodes if type(n) is Call and type(n.op) is Op]
+    cut.op_calls = [c for c in calls if c.op.name not in _SPECIAL_OPS]  # type: ignore[attr-defined]
+    # The copy points of the TVM plan besides device_copy calls: annotations
+    # whose result is free (their two classes differ when a copy is needed).
     cut.cut_edges = []
-    cut.op_calls = [
-        node
-        for node in post_order([f for _, f in collector.functions if is_optimizable(f)], enter=not_primitive)
-        if type(node) is Call and type(node.op) is Op and node.op.name not in _SPECIAL_OPS
-    ]
+    for call in calls:
+        props = on_device_props(call) if call.op.name == "on_device" else None  # type: ignore[attr-defined]
+        if props is not None and not props.constrain_result and len(call.args) == 1:
+            cut.cut_edges.append((call, call.args[0]))
     return cut

@@ -127,7 +127,8 @@ def _request(module: relay.Module, kind: str) -> tuple[dict[str, Any], dict[str,
         name = _name(last)
         index = len([c for c in ops if _name(c) == name]) - 1
         pin = {"select": {"op": name, "index": index}, "device": "cpu"}
-        return {**base, "constraints": (pin,)}, {**base, "constraints": (pin,)}
+        request = {**base, "constraints": (pin,)}
+        return request, request
     if kind == "unsupported":
         kinds = sorted({_name(c) for c in ops})
         rng = random.Random(11)
@@ -178,6 +179,9 @@ def test_request_kinds_respect_support_and_budgets(name: str, kind: str) -> None
     # The TVM mode's plan made feasible, under the same cost model.
     tvm_plan = solver.plan(module, solver.PlanConfig(**{**tvm_fields, "mode": "tvm"}))
     feasible = evaluate_planned(tvm_plan.module, solver.PlanConfig(mode="optimize", **fields))
+    if tvm_fields is fields:
+        # The same request: the reported TVM-mode prediction prices the same plan.
+        assert cost.tvm_mode_predicted_ms == pytest.approx(feasible.predicted_ms, abs=1e-5)
     assert not feasible.violations
     assert cost.predicted_ms <= feasible.predicted_ms + 1e-6
     _tvm_fixed_point(result)

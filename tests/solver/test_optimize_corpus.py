@@ -10,6 +10,7 @@ import pytest
 
 import relay
 import solver
+from solver.optimize import evaluate_planned
 
 from ._corpus import CORPUS
 
@@ -35,6 +36,13 @@ def _check(path: Path) -> bool | None:
     assert cost is not None and cost.optimal
     assert len(result.copies) == cost.copies
     assert sum(d.predicted_ms for d in cost.per_device.values()) == pytest.approx(cost.predicted_ms, abs=1e-5)
+    if cost.tvm_mode_predicted_ms is not None:
+        # The prediction prices exactly the plan the TVM mode writes.
+        tvm = solver.plan(module, solver.PlanConfig())
+        priced = evaluate_planned(tvm.module, solver.PlanConfig(mode="optimize"))
+        assert priced.predicted_ms == pytest.approx(cost.tvm_mode_predicted_ms, abs=1e-5)
+        # (No "optimize <= TVM" here: TVM's conflicting-inputs pre-pass may copy a
+        # variable away from an annotation that pins it, which optimize mode keeps hard.)
     try:
         again = solver.plan(result.module, solver.PlanConfig())
     except solver.PlanningConflict:
