@@ -18,7 +18,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from .normalize import InputConflictCrash, copy_conflicting_inputs, rewrite_on_d
 from .rewrite import Rewriter
 from .shapes import infer_shapes
 from .solve import ModelResult, check_plan
+from .why import ConstraintLog, Explainer, WhyResult, apply_node_pins, check_selector, planned_roots
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,10 @@ class PlanResult:
     expressions_by_device: dict[str, int]
     # Optimize mode only: the predicted cost of the plan (None in TVM mode).
     cost: CostReport | None = None
+    # `plan(..., why=[selector, ...])`: one result per selector (solver/why.py).
+    why: tuple[WhyResult, ...] = ()
+    # `plan(..., record_constraints=True)`: the collected constraints (a test hook).
+    constraints: ConstraintLog | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -221,7 +226,7 @@ def _scan(functions: list[tuple[GlobalVar, Function]]) -> _Features:
 
 @dataclass(frozen=True)
 class _Pin:
-    kind: str  # param | function | op
+    kind: str  # param | function | op | at | node
     k: int
     device: VirtualDevice
     selector: Mapping[str, Any]
@@ -235,17 +240,12 @@ def _parse_constraints(config: PlanConfig, table: list[Any]) -> tuple[list[_Pin]
                 f"constraint #{k} must be {{'select': {{...}}, 'device': SPEC}}, got {entry!r}"
             )
         select = entry["select"]
-        if not isinstance(select, Mapping):
-            raise PlanConfigError(f"constraint #{k}: selector must be an object, got {select!r}")
-        kinds = [key for key in ("param", "function", "op") if key in select]
-        extra = set(select) - {"param", "function", "op", "index"}
-        if len(kinds) != 1 or extra or ("index" in select and kinds != ["op"]):
-            raise PlanConfigError(f"constraint #{k}: bad selector {dict(select)!r}")
+        kind = check_selector(select, f"constraint #{k}")
         try:
             device, _, table = resolve_device(entry["device"], table)
         except PlanConfigError as err:
             raise PlanConfigError(f"constraint #{k}: {err}") from None
-        pins.append(_Pin(kinds[0], k, device, select))
+        pins.append(_Pin(kind, k, device, select))
     return pins, table
 
 
@@ -357,9 +357,17 @@ def _crash_conflict(err: InputConflictCrash) -> PlanningConflict:
     return PlanningConflict(message, constraints)
 
 
-def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
+def plan(
+    module: Module,
+    config: PlanConfig | None = None,
+    *,
+    why: Sequence[Mapping[str, Any]] = (),
+    record_constraints: bool = False,
+) -> PlanResult:
     """Plan the devices of `module` (device-planning.md, sections 1-5).
 
+    `why`: selectors to explain (`PlanResult.why`, solver/why.py);
+    `record_constraints`: keep the collected constraints (`PlanResult.constraints`).
     Raises PlanningConflict (with a minimal explanation), SolverTimeout, or
     PlanConfigError (bad spec or selector).
     """
@@ -376,7 +384,7 @@ def plan(module: Module, config: PlanConfig | None = None) -> PlanResult:
             from .optimize import plan_optimize
 
             return plan_optimize(module, config)
-        return _plan(module, config)
+        return _plan(module, config, tuple(why), record_constraints)
     finally:
         if enabled:
             gc.enable()
@@ -466,11 +474,12 @@ class _Defaults:
     final: dict[int, VirtualDevice]  # final class -> device chosen
 
 
-def choose_defaults(collector: Collector, run_free_on_device: bool) -> _Defaults:
+def choose_defaults(collector: Collector, run_free_on_device: bool, log: bool = False) -> _Defaults:
     """Step 5 (section 4): free on_device unification, then TVM's defaulting
-    walk; greedy in priority order, which is the lexicographic optimum."""
+    walk; greedy in priority order, which is the lexicographic optimum.
+    With `log` the soft steps are logged too (why-queries)."""
     ds = collector.ds
-    ds.logging = False
+    ds.logging = log
     hard_roots = ds.classes()
     hard = {r: ds.vd[r] for r in hard_roots}
     if run_free_on_device:
@@ -609,8 +618,13 @@ def front(
         functions = _resolve_meta_refs(functions, devices.ref_table)
     ds = DomainSystem(_targets(devices.table, devices.default, devices.host))
     functions = normalise(functions, feats, ds.canonical, deadline, copy_inputs)
+    functions, node_kinds, converted = apply_node_pins(
+        module, functions, devices.pins, planned_roots(functions, from_expr)
+    )
     functions, annotation_kinds = _apply_op_pins(functions, devices.pins)
-    request_pins = _find_pins(functions, devices.pins)
+    annotation_kinds.update(node_kinds)
+    converted_pins = [_Pin(kind, k, device, sel) for kind, sel, device, k in converted]
+    request_pins = _find_pins(functions, [*devices.pins, *converted_pins])
     shapes = infer_shapes(module, [f for _, f in functions], deadline)  # step 3
     for gv, func in functions:
         for param in func.params:
@@ -618,8 +632,12 @@ def front(
     return Front(devices, functions, from_expr, feats, ds, annotation_kinds, request_pins, shapes)
 
 
-def _plan(module: Module, config: PlanConfig) -> PlanResult:
+def _plan(
+    module: Module, config: PlanConfig, why: tuple[Mapping[str, Any], ...] = (), record: bool = False
+) -> PlanResult:
     devices = resolve_devices(module, config)  # checks the request before the clock starts
+    for i, selector in enumerate(why):
+        check_selector(selector, f"why #{i}")
     deadline = Deadline(config.timeout_ms, config.clock)
     deadline.check("start")
     lap = Laps(deadline)
@@ -631,7 +649,11 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
     collect(collector, fr.request_pins)
     lap("collect")
 
-    defaults = choose_defaults(collector, feats.free_on_device or any(p.kind == "op" for p in devices.pins))
+    defaults = choose_defaults(
+        collector,
+        feats.free_on_device or any(p.kind in ("op", "at", "node") for p in devices.pins),
+        log=bool(why) or record,
+    )
     lap("presolve")
 
     model: ModelResult | None = None
@@ -656,6 +678,14 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         z3_assumptions=model.assumptions if model is not None else None,
         z3_checked=model is not None,
     )
+    answers: tuple[WhyResult, ...] = ()
+    log_: ConstraintLog | None = None
+    if why or record:
+        explainer = Explainer(
+            module, collector, planned_roots(functions, fr.from_expr), ds.canonical(devices.default)
+        )
+        answers = tuple(explainer.answer_selector(s, f"why #{i}") for i, s in enumerate(why))
+        log_ = explainer.log() if record else None
     return PlanResult(
         module=out_module,
         virtual_devices=[v for v in out_module.meta["VirtualDevice"] if isinstance(v, VirtualDevice)],
@@ -663,4 +693,6 @@ def _plan(module: Module, config: PlanConfig) -> PlanResult:
         copies=rewriter.copies,
         functions=summary,
         expressions_by_device=rewriter.expressions_by_device(),
+        why=answers,
+        constraints=log_,
     )
