@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from relay import RelayError
 from service.errors import COMPILE_FAILED, INTERNAL_ERROR, INVALID_CHECK, INVALID_TARGET, UNSUPPORTED_MODULE
 from service.planning import PlanFailure, PlanJob
 
 log = logging.getLogger("devplan.compile")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,21 @@ def _bridge_failure(kind: str, err: RelayError) -> PlanFailure:
     return PlanFailure(kind, err.message, str(err), locations)
 
 
+def _bridge_step(step: Callable[[], T], kind: str) -> tuple[T, float]:
+    """Run one tvm_bridge step: its result and milliseconds; a bad target is
+    invalid-target, any other bridge error the step's own `kind`."""
+    import tvm_bridge
+
+    start = time.perf_counter()
+    try:
+        out = step()
+    except tvm_bridge.TargetError as err:
+        raise _bridge_failure(INVALID_TARGET.slug, err) from None
+    except tvm_bridge.BridgeError as err:
+        raise _bridge_failure(kind, err) from None
+    return out, (time.perf_counter() - start) * 1000
+
+
 def compile_request(job: CompileJob) -> dict[str, Any]:
     """Plan if needed, lower, compile, export to `job.library`, optionally check.
 
@@ -108,22 +124,12 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
         outcome = run_plan(job.plan)
         module = relay.parse_text(outcome.module, name=job.plan.name)
         plan_ms = (time.perf_counter() - start) * 1000
-    try:
-        start = time.perf_counter()
-        lowered = tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch)
-        lower_ms = (time.perf_counter() - start) * 1000
-    except tvm_bridge.TargetError as err:
-        raise _bridge_failure(INVALID_TARGET.slug, err) from None
-    except tvm_bridge.BridgeError as err:
-        raise _bridge_failure(UNSUPPORTED_MODULE.slug, err) from None
-    try:
-        start = time.perf_counter()
-        compiled = tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch)
-        compile_ms = (time.perf_counter() - start) * 1000
-    except tvm_bridge.TargetError as err:
-        raise _bridge_failure(INVALID_TARGET.slug, err) from None
-    except tvm_bridge.BridgeError as err:
-        raise _bridge_failure(COMPILE_FAILED.slug, err) from None
+    lowered, lower_ms = _bridge_step(
+        lambda: tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch), UNSUPPORTED_MODULE.slug
+    )
+    compiled, compile_ms = _bridge_step(
+        lambda: tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
+    )
     counts, copies = _operator_counts(lowered)
     devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(lowered)]
 

@@ -75,6 +75,15 @@ TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on thi
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
 COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
 
+COMPILE_KINDS: tuple[ErrorKind, ...] = (
+    UNSUPPORTED_MODULE,
+    INVALID_TARGET,
+    COMPILE_FAILED,
+    INVALID_CHECK,
+    TVM_UNAVAILABLE,
+    COMPILE_BUSY,
+    COMPILE_TIMEOUT,
+)
 ALL_KINDS: tuple[ErrorKind, ...] = (
     MALFORMED_MODULE,
     INVALID_CONFIG,
@@ -89,22 +98,7 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     NOT_FOUND,
     METHOD_NOT_ALLOWED,
     INTERNAL_ERROR,
-    UNSUPPORTED_MODULE,
-    INVALID_TARGET,
-    COMPILE_FAILED,
-    INVALID_CHECK,
-    TVM_UNAVAILABLE,
-    COMPILE_BUSY,
-    COMPILE_TIMEOUT,
-)
-COMPILE_KINDS: tuple[ErrorKind, ...] = (
-    UNSUPPORTED_MODULE,
-    INVALID_TARGET,
-    COMPILE_FAILED,
-    INVALID_CHECK,
-    TVM_UNAVAILABLE,
-    COMPILE_BUSY,
-    COMPILE_TIMEOUT,
+    *COMPILE_KINDS,
 )
 
 BY_SLUG: dict[str, ErrorKind] = {k.slug: k for k in ALL_KINDS}
