@@ -44,6 +44,13 @@ class Decoder:
         self.tensors: dict[int, A.NDArray] = {}
 
     def decode(self, root: int) -> Any:
+        """The value of node `root`, decoding what it references first;
+        raises ParseError on a cycle."""
+        # A hand-written walk over node indices (not Relay expressions), kept
+        # on purpose: the same walk through relay.traverse.walk (pre/post
+        # hooks, `kids` = the document's references) loads corpus JSON 55-75%
+        # slower (resnet50 22.8 -> 14.2 MB/s, densenet121 22.0 -> 12.6 MB/s,
+        # median of 7, alternating), far past the 10% the style allows.
         doc = self.doc
         values = self.values
         state = bytearray(len(doc.nodes))  # 0 new, 1 open, 2 done

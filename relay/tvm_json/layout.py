@@ -72,6 +72,9 @@ class Writer:
 
     def add(self, root: Item) -> int:
         """Number `root` and everything it references; returns its index."""
+        # Not relay.traverse: items are (slot, value) pairs of any kind, and an
+        # object is one node per key (by value for ops, devices, targets,
+        # dimensions; by raw node for copies), not per Python object.
         root_key = self.key(root)
         stack: list[tuple[Item, Any]] = [(root, root_key)]
         keep = self.keep
