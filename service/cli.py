@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         help='request-level pin, e.g. \'{"select": {"op": "nn.dense"}, "device": "cpu"}\' (repeatable)',
     )
     p.add_argument(
-        "--timeout-ms", metavar="N", type=int, default=10_000, help="solver time limit (default 10000)"
+        "--timeout-ms",
+        metavar="N",
+        type=int,
+        default=10_000,
+        help="time limit for parsing and planning, in ms (default 10000; exit 4 past it)",
     )
     p.add_argument("--output", metavar="FILE", help="write the planned module here instead of stdout")
     p.add_argument(
