@@ -335,6 +335,8 @@ class Answer:
     message: str
     element: int | None = None
     cost: Mapping[str, Any] | None = None
+    # Node ids of other constraints that fix the same device (redundant pins).
+    also: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -346,6 +348,7 @@ class Answer:
             "reason": self.reason,
             "message": self.message,
             "chain": [s.to_json() for s in self.chain],
+            "also": list(self.also),
         }
         if self.cost is not None:
             out["cost"] = dict(self.cost)
@@ -476,6 +479,7 @@ class Explainer:
         self.id_of = {id(n): i for i, n in enumerate(self.ids)}
         self.input_of = {id(p): self.id_of[id(a)] for a, p in _pairs(self.ids, self.mapping)}
         self.follows: dict[int, dict[int, int]] = {}
+        self._also: tuple[int, ...] = ()
 
     # ---- elements
 
@@ -513,7 +517,7 @@ class Explainer:
             d = self.c.callee.get(id(node))
         else:
             d = self.c.doms.get(id(node))
-        if d is None or isinstance(d, int):
+        if d is None:
             return None
         src = DomainSystem.result_of(d)
         return None if self.ds.find(src) == self.ds.find(elem) else src
@@ -558,6 +562,9 @@ class Explainer:
                 else:
                     msg = f"{kind} puts it on {device_name(vd)}"
                 chain.append(self._step(end, None, cid, msg))
+                self._also = self._agreeing(elem, adj, cid)
+                if self._also:
+                    msg += f" (also fixed by {len(self._also)} other constraint(s))"
                 return chain, reason, msg, None
         comp = _component(elem, g.all_adj)
         # The first default applied to the class (log order is the walk's order).
@@ -597,6 +604,20 @@ class Explainer:
         chain.append(self._step(end, None, cid, msg))
         return chain, "default", msg, None
 
+    def _agreeing(self, elem: int, adj: list[list[tuple[int, int]]], cid: int) -> tuple[int, ...]:
+        """Node ids of the other hard pins that fix the same class (flipping
+        only the chain's end would leave the device to them)."""
+        tags = self.ds.tags
+        comp = _component(elem, adj)
+        out: list[int] = []
+        for x, vd, c in self.ds.pins:
+            if c != cid and x in comp and tags[c].hard and vd.device_type is not None:
+                expr = tags[c].expr
+                nid = self.input_of.get(id(expr)) if expr is not None else None
+                if nid is not None and nid not in out:
+                    out.append(nid)
+        return tuple(out)
+
     def answer(self, node: Expr) -> Answer:
         nid = self.id_of.get(id(node))
         span = getattr(node, "span", None)
@@ -616,12 +637,22 @@ class Explainer:
         seen = set()
         current: int | None = elem
         reason, msg = "default", ""
+        self._also = ()
         while current is not None and current not in seen:
             seen.add(current)
             steps, reason, msg, current = self._decide(current)
             chain.extend(steps)
         return Answer(
-            nid, text, line, column, device_name(self.device_of(elem)), tuple(chain), reason, msg, elem
+            nid,
+            text,
+            line,
+            column,
+            device_name(self.device_of(elem)),
+            tuple(chain),
+            reason,
+            msg,
+            elem,
+            also=self._also,
         )
 
     def answer_selector(self, selector: Mapping[str, Any], where: str = "why") -> WhyResult:
