@@ -113,6 +113,9 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
     module = parse_module(job.plan)
     inputs = None
     if job.run_check:  # a user mistake is found before minutes of compiling
+        if not any(gv.name == "main" for gv, _ in module.functions):
+            message = "the run check calls @main and the module has none: add @main, or turn run_check off"
+            raise PlanFailure(INVALID_CHECK.slug, message, f"error: {message}")
         try:
             inputs = random_inputs(module["main"])
         except CheckInputError as err:

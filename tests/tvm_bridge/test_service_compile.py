@@ -276,6 +276,16 @@ def test_non_tensor_parameter_with_run_check_is_a_422_saying_what_to_change(tmp_
     assert _leftovers(tmp_path) == []
 
 
+def test_run_check_without_main_is_a_422(tmp_path: Path) -> None:
+    module = '#[version = "0.0.5"]\ndef @f(%x: Tensor[(2), float32]) {\n  negative(%x)\n}\n'
+    request = {"module": module, "default_device": "cpu", "targets": {"cpu": "llvm"}, "run_check": True}
+    with TestClient(_fresh_app(tmp_path), raise_server_exceptions=False) as c:
+        response = c.post("/compile", json=request)
+    assert response.status_code == 422, response.text
+    assert response.json()["type"].endswith("/invalid-check")
+    assert "add @main" in response.json()["detail"]
+
+
 class _HeldRun(CompileRun):
     """A compile run whose wait first sees the temporary library exist (an event,
     no clock), then behaves as the real wait with `timeout_s` (None: the caller's)."""
