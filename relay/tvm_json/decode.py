@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import ast as A
 from .. import op_attrs
@@ -32,6 +32,8 @@ from .values import (
 )
 
 logger = logging.getLogger("relay.tvm_json")
+
+_N = TypeVar("_N", int, float)
 
 
 class Decoder:
@@ -101,18 +103,17 @@ class Decoder:
         return value
 
     def int_field(self, index: int, name: str) -> int:
-        text = self.doc.plain(index, name)
-        try:
-            return int(text)
-        except ValueError:
-            raise self.doc.error(index, f"field '{name}' should be an integer, got {text!r}") from None
+        return self._number(index, name, int, "an integer")
 
     def float_field(self, index: int, name: str) -> float:
+        return self._number(index, name, float, "a number")
+
+    def _number(self, index: int, name: str, parse: Callable[[str], _N], what: str) -> _N:
         text = self.doc.plain(index, name)
         try:
-            return float(text)
+            return parse(text)
         except ValueError:
-            raise self.doc.error(index, f"field '{name}' should be a number, got {text!r}") from None
+            raise self.doc.error(index, f"field '{name}' should be {what}, got {text!r}") from None
 
     def string(self, index: int, name: str) -> str:
         value = self.get(index, name)

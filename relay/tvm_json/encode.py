@@ -9,6 +9,7 @@ type memory, or a target's `raw`); everything else is encoded the way TVM's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .. import ast as A
@@ -176,26 +177,11 @@ def _encode_fresh(w: Encoder, slot: str, value: Any, children: list[tuple[Item, 
     """A node for `value` encoded from the IR (no raw origin). `slot` says
     what `value` is where TVM's node types are not implied by Python types
     (an int may be an IntImm, a boxed int or a plain field)."""
+    encoder = _SLOT_ENCODERS.get(slot)
+    if encoder is not None:
+        return encoder(w, value, children)
     add = w.child
     match slot:
-        case "expr":
-            return _encode_expr(w, value, children)
-        case "type":
-            return _encode_type(w, value, children)
-        case "attrs":
-            return _encode_attrs(w, value, children)
-        case "pattern":
-            return _encode_pattern(w, value, children)
-        case "dim":
-            return _encode_dim(w, value, children)
-        case "span":
-            return _encode_span(w, value, children)
-        case "target":
-            return _encode_target(w, value, children)
-        case "module":
-            return _encode_module(w, value, children)
-        case "generic":
-            return _encode_generic(w, value, children)
         case "meta_entry":
             if isinstance(value, VirtualDevice):
                 return _encode_fresh(w, "vd", value, children)
@@ -654,3 +640,17 @@ def _ordered(values: dict[str, Any], order: tuple[str, ...]) -> tuple[tuple[str,
     return tuple(
         (n, ("type" if isinstance(values[n], A.GlobalTypeVar) else "expr", values[n])) for n in names
     )
+
+
+# Slots whose value is encoded by one function of its own.
+_SLOT_ENCODERS: dict[str, Callable[[Encoder, Any, list[tuple[Item, Any]]], Spec]] = {
+    "expr": _encode_expr,
+    "type": _encode_type,
+    "attrs": _encode_attrs,
+    "pattern": _encode_pattern,
+    "dim": _encode_dim,
+    "span": _encode_span,
+    "target": _encode_target,
+    "module": _encode_module,
+    "generic": _encode_generic,
+}
