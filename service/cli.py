@@ -190,13 +190,13 @@ def _parse_spec(text: str, flag: str) -> solver.DeviceSpec:
     """SPEC: a shorthand (`cpu`, `cuda:1`) or a JSON device object."""
     from pydantic import TypeAdapter, ValidationError
 
-    from service.models import DeviceSpec, spec_to_plain
+    from service.models import DeviceSpecField, spec_to_plain
 
     value: Any = text
     if text.lstrip().startswith(("{", "[", '"')):
         value = _load_json(text, flag)
     try:
-        spec = TypeAdapter(DeviceSpec).validate_python(value)
+        spec = TypeAdapter(DeviceSpecField).validate_python(value)
     except ValidationError as err:
         raise UsageError(f"{flag}: not a device spec: {_first_error(err)}") from None
     return spec_to_plain(spec)
@@ -233,7 +233,7 @@ def _read_input(path: str) -> tuple[str, str]:
 def _make_job(args: argparse.Namespace) -> PlanJob:
     from pydantic import TypeAdapter, ValidationError
 
-    from service.models import DeviceConstraint, DeviceSpec, constraint_to_plain, spec_to_plain
+    from service.models import DeviceConstraint, DeviceSpecField, constraint_to_plain, spec_to_plain
     from service.planning import PlanJob
 
     virtual_devices: tuple[Any, ...] = ()
@@ -242,7 +242,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         if not isinstance(raw, list):
             raise UsageError("--virtual-devices: expected a JSON list of device specs")
         try:
-            specs = TypeAdapter(list[DeviceSpec]).validate_python(raw)
+            specs = TypeAdapter(list[DeviceSpecField]).validate_python(raw)
         except ValidationError as err:
             raise UsageError(f"--virtual-devices: {_first_error(err)}") from None
         virtual_devices = tuple(spec_to_plain(s) for s in specs)

@@ -31,7 +31,8 @@ class DeviceObject(BaseModel):
     memory_scope: str | None = Field(None, max_length=256, description='Storage scope, e.g. "global".')
 
 
-DeviceSpec = Annotated[
+# The wire schema of `solver.DeviceSpec` (the one spec type), validated by pydantic.
+DeviceSpecField = Annotated[
     Annotated[str, Field(min_length=1, max_length=256)] | DeviceObject,
     Field(
         description='Shorthand "TYPE" or "TYPE:ID" ("cpu", "cuda", "cuda:1"), or a device object.',
@@ -63,7 +64,7 @@ class DeviceConstraint(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     select: ParamSelector | FunctionSelector | OpSelector = Field(..., description="What to pin.")
-    device: DeviceSpec
+    device: DeviceSpecField
 
 
 def spec_to_plain(spec: str | DeviceObject) -> solver.DeviceSpec:
@@ -169,14 +170,14 @@ class PlanRequest(BaseModel):
     format: Literal["text", "json"] | None = Field(
         None, description="Input format; detected from the content when absent (JSON starts with `{`)."
     )
-    virtual_devices: list[DeviceSpec] = Field(
+    virtual_devices: list[DeviceSpecField] = Field(
         default_factory=list,
         max_length=1024,
         description="The `meta[VirtualDevice][i]` table when the text has no metadata section; "
         "appended after the section's entries when it has one.",
     )
-    default_device: DeviceSpec = Field("cuda", description="Device for everything left free.")
-    host_device: DeviceSpec = Field("cpu", description="Where shape values live (a cpu).")
+    default_device: DeviceSpecField = Field("cuda", description="Device for everything left free.")
+    host_device: DeviceSpecField = Field("cpu", description="Where shape values live (a cpu).")
     constraints: list[DeviceConstraint] = Field(
         default_factory=list,
         max_length=4096,
