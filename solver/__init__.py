@@ -4,6 +4,7 @@ presolve with Z3 as the solver of record (see docs/device-planning.md)."""
 from .config import DeviceSpec, PlanConfig, complete_spec, resolve_device
 from .cost import CostReport, CostTable, DeviceCost, Estimate, cost_key
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
+from .optimize import module_types
 from .planner import PlanResult, PlanStats, plan
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "SolverTimeout",
     "complete_spec",
     "cost_key",
+    "module_types",
     "plan",
     "resolve_device",
 ]

@@ -1,7 +1,8 @@
 """`devplan profile`: measure every distinct operator call of a module on the
 devices present and write the optimizer's cost table.
 
-A key is `solver.cost_key(op, argument types, attributes)`, the same string
+A key is the optimizer's own (the caller passes `solver.cost_key` and the
+optimizer's type view, so this package does not import the solver), the same string
 the optimizer looks up, so a table written here replaces the roofline for
 exactly the calls it measured. Each key is compiled as a one-operator
 function (its tensor arguments become parameters) for each device's target
@@ -26,11 +27,9 @@ from typing import Any
 import tvm
 
 import relay
-import solver
 from relay import ast
 from relay.span import Span
 from relay.traverse import post_order
-from solver.optimize import module_types
 
 from .build import compile, timed_run
 from .check import random_inputs
@@ -38,6 +37,11 @@ from .errors import BridgeError
 from .lower import to_relax
 
 log = logging.getLogger(__name__)
+
+TypeOf = Callable[[ast.Expr], ast.Type | None]
+"""The type of an expression, None where it is not known."""
+KeyFn = Callable[[str, Sequence[ast.Type], ast.Attrs | None], str]
+"""The cost-table key of one call: operator name, argument types, attributes."""
 
 TABLE_VERSION = 1
 
@@ -105,10 +109,10 @@ def _static_tensors(ty: ast.Type) -> list[ast.TensorType] | None:
     return None
 
 
-def distinct_calls(module: ast.Module) -> tuple[list[CallKey], list[Skipped]]:
+def distinct_calls(module: ast.Module, type_of: TypeOf, key_of: KeyFn) -> tuple[list[CallKey], list[Skipped]]:
     """Every distinct kernel call of `module` (first occurrence order), by
-    `solver.cost_key`, and the calls that cannot be keyed."""
-    type_of, _ = module_types(module)  # the optimizer's own view of the types, so the keys agree
+    `key_of`, and the calls that cannot be keyed. Pass the optimizer's own type
+    view and key (`solver.module_types`, `solver.cost_key`) so the keys agree."""
     found: dict[str, CallKey] = {}
     skipped: list[Skipped] = []
     roots: list[ast.Expr] = [func for _, func in module.functions]
@@ -123,7 +127,7 @@ def distinct_calls(module: ast.Module) -> tuple[list[CallKey], list[Skipped]]:
         if len(arg_types) < len(found_types) or any(_static_tensors(t) is None for t in arg_types):
             skipped.append(Skipped(name, "argument type not known or not static", node.span))
             continue
-        key = solver.cost_key(name, arg_types, node.attrs)
+        key = key_of(name, arg_types, node.attrs)
         seen = found.get(key)
         if seen is None:
             found[key] = CallKey(key, name, arg_types, node.attrs, node.span, 1)
@@ -203,11 +207,13 @@ def profile(
     module: ast.Module,
     devices: Sequence[str] = ("cpu",),
     *,
+    type_of: TypeOf,
+    key_of: KeyFn,
     repeat: int = 10,
     progress: Callable[[str], None] | None = None,
 ) -> Profile:
     """Measure every distinct call of `module` on each device present."""
-    keys, skipped = distinct_calls(module)
+    keys, skipped = distinct_calls(module, type_of, key_of)
     slots, missing = present_devices(devices)
     entries: list[dict[str, Any]] = []
     for call in keys:

@@ -41,9 +41,18 @@ def _type(expr: ast.Expr) -> ast.Type | None:
     return expr.checked_type
 
 
+def _distinct(module: relay.Module) -> tuple[list[prof.CallKey], list[prof.Skipped]]:
+    return prof.distinct_calls(module, solver.module_types(module)[0], solver.cost_key)
+
+
+def _profile(module: relay.Module, devices: list[str], repeat: int) -> prof.Profile:
+    type_of, _ = solver.module_types(module)
+    return prof.profile(module, devices, type_of=type_of, key_of=solver.cost_key, repeat=repeat)
+
+
 def test_distinct_calls_of_mlp_match_the_optimizers_keys() -> None:
     module = _mlp()
-    keys, skipped = prof.distinct_calls(module)
+    keys, skipped = prof.distinct_calls(module, solver.module_types(module)[0], solver.cost_key)
     assert skipped == []
     calls = _kernel_calls(module)
     expected = {solver.cost_key(c.op.name, [_type(a) for a in c.args], c.attrs) for c in calls}  # type: ignore[attr-defined]
@@ -55,7 +64,7 @@ def test_distinct_calls_of_mlp_match_the_optimizers_keys() -> None:
 
 
 def test_one_op_module_computes_the_operator() -> None:
-    keys, _ = prof.distinct_calls(_mlp())
+    keys, _ = _distinct(_mlp())
     dense = next(k for k in keys if k.op == "nn.dense")
     one = prof.one_op_module(dense)
     relay.verify(one)
@@ -88,7 +97,7 @@ def test_missing_devices_are_reported_not_measured() -> None:
 
 @pytest.mark.slow
 def test_profile_mlp_writes_one_entry_per_key_and_device(tmp_path: Path) -> None:
-    result = prof.profile(_mlp(), ["cpu"], repeat=3)
+    result = _profile(_mlp(), ["cpu"], repeat=3)
     assert result.skipped == ()
     table = result.table()
     path = tmp_path / "table.json"
@@ -120,7 +129,7 @@ def test_devplan_profile_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert devices == ({"cpu", "cuda"} if gpu else {"cpu"})
     if not gpu:
         assert "not measured: cuda" in err
-    keys, _ = prof.distinct_calls(_mlp())
+    keys, _ = _distinct(_mlp())
     assert len(doc["entries"]) == len(keys) * len(devices)
     # A module that does not parse is exit 2, as for `devplan plan`.
     bad = tmp_path / "bad.relay"
