@@ -401,11 +401,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("devplan profile needs TVM: pip install -e '.[tvm]'") from None
     import relay
+    import solver
 
     text, name = _read_input(args.input)
     try:
         module = parse_module(PlanJob(module=text, name=name))
-        result = profile(module, devices, repeat=args.repeat)
+        type_of, _ = solver.module_types(module)
+        result = profile(module, devices, type_of=type_of, key_of=solver.cost_key, repeat=args.repeat)
     except PlanFailure as failure:
         sys.stderr.write(failure.report.rstrip("\n") + "\n")
         return EXIT_MALFORMED
