@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from .. import ast as A
 from .document import RawRef
 
-# Parsed JSON nodes (dicts of strings) and the document's per-node caches
-# take about 2-4 bytes per byte of their text (tracemalloc on the corpus's
-# bound sections); 4 keeps the estimate on the safe side.
-BYTES_PER_TEXT_BYTE = 4
+# What a remembered section keeps alive (its parsed node dicts, the document's
+# per-node caches once written, the types) per byte of its JSON text without
+# tensors: 5.2 measured with tracemalloc on sections of 16 constants
+# (benchmarks/json_memory.py's requests), 3.5 for squeezenet's parsed nodes.
+BYTES_PER_TEXT_BYTE = 6
 
 
 class TypeMemory:
