@@ -74,6 +74,8 @@ INVALID_CHECK = ErrorKind(
 TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
 COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
+# POST /plan/picture without Graphviz.
+PICTURE_UNAVAILABLE = ErrorKind("picture-unavailable", 503, "Graphviz `dot` is not installed on this server")
 
 COMPILE_KINDS: tuple[ErrorKind, ...] = (
     UNSUPPORTED_MODULE,
@@ -99,6 +101,7 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     METHOD_NOT_ALLOWED,
     INTERNAL_ERROR,
     *COMPILE_KINDS,
+    PICTURE_UNAVAILABLE,
 )
 
 BY_SLUG: dict[str, ErrorKind] = {k.slug: k for k in ALL_KINDS}

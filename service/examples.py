@@ -129,3 +129,36 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+# Issue 13: why-queries and the picture.
+PLAN_EXAMPLES["why"] = {
+    "summary": "Why is the multiply on the cpu? (why-queries)",
+    "description": '`why` takes selectors (`op`, `param`, `function`, `{"at": "LINE:COL"}`, '
+    '`{"node": ID}`). Each answer gives the device and the shortest chain of constraints that decided '
+    "it: the multiply (line 3) is on the cpu because of the annotation on line 4; exp is on cuda "
+    "because nothing pins it and the default device is cuda.",
+    "value": {
+        "module": CPU_ANNOTATION,
+        "virtual_devices": ["cpu", "cuda"],
+        "why": [{"at": "3:8"}, {"op": "exp"}],
+    },
+}
+
+PICTURE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "cpu_annotation": {
+        "summary": "The annotated module: a cpu multiply, a copy, exp on cuda",
+        "description": "An SVG with the multiply filled in the cpu color and outlined (it is pinned), "
+        "one red copy edge labelled with its bytes (16 B) and exp in the cuda color.",
+        "value": {"module": CPU_ANNOTATION, "virtual_devices": ["cpu", "cuda"]},
+    },
+    "pin_a_node": {
+        "summary": "Pin a node by id",
+        "description": "The same request as /plan: here node 4 (the add) is pinned to the cpu with a "
+        '`{"node": ID}` selector; the picture shows the copy to the relu on cuda.',
+        "value": {
+            "module": PLAIN,
+            "default_device": "cuda",
+            "constraints": [{"select": {"node": 4}, "device": "cpu"}],
+        },
+    },
+}

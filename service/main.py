@@ -14,7 +14,7 @@ from starlette.routing import Mount
 
 from service import __version__
 from service.api.routes import compile as compile_routes
-from service.api.routes import docs, health, meta, plan
+from service.api.routes import docs, explore, health, meta, plan
 from service.auth import AccessPolicy, add_security_scheme
 from service.config import Settings, get_settings
 from service.metrics import Metrics
@@ -73,11 +73,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
 
     app.include_router(plan.router)
+    app.include_router(explore.router)  # POST /plan/picture
+    app.include_router(explore.page_router)  # GET /explore
     app.include_router(compile_routes.compile_router)  # TVM is imported only inside its worker
     app.include_router(health.router)
     app.include_router(meta.router)
     app.include_router(docs.router)
     app.mount(docs.STATIC_PREFIX, StaticFiles(directory=docs.swagger_ui_dir()), name="swagger-ui")
+    app.mount(explore.STATIC_PREFIX, StaticFiles(directory=explore.static_dir()), name="explore")
     install_handlers(app)
 
     known_paths = {r.path for r in app.routes if not isinstance(r, Mount) and hasattr(r, "path")}

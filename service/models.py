@@ -59,11 +59,34 @@ class OpSelector(BaseModel):
     )
 
 
+class AtSelector(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    at: str = Field(
+        ...,
+        pattern=r"^\d+:\d+$",
+        max_length=32,
+        description='The outermost expression starting at "LINE:COL" of the input text (text input only).',
+    )
+
+
+class NodeSelector(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    node: int = Field(
+        ...,
+        ge=0,
+        description="A node id: the input module's expressions numbered in post-order over the global "
+        "functions in definition order (the same for text and JSON; shown in the picture).",
+    )
+
+
+Selector = ParamSelector | FunctionSelector | OpSelector | AtSelector | NodeSelector
+
+
 class DeviceConstraint(BaseModel):
     """A request-level pin: acts like the matching annotation in the module would."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    select: ParamSelector | FunctionSelector | OpSelector = Field(..., description="What to pin.")
+    select: Selector = Field(..., description="What to pin.")
     device: DeviceSpecField
 
 
@@ -193,6 +216,13 @@ class PlanRequest(BaseModel):
     )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")
+    why: list[Selector] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Why-queries: for each selector, the device of every expression it matches (up to "
+        "50) and the shortest chain of constraints that decided it, ending in an annotation, a request "
+        "pin, a host rule, a parameter/function attribute or the default device.",
+    )
 
     mode: Literal["tvm", "optimize"] = Field(
         "tvm",
@@ -254,6 +284,7 @@ def to_plan_job(
         explain=request.explain,
         name="<request>",
         request_id=request_id,
+        why=tuple(w.model_dump(exclude_none=True) for w in request.why),
     )
 
 
@@ -344,6 +375,46 @@ class CostOut(BaseModel):
     )
 
 
+class WhyStepOut(BaseModel):
+    """One constraint of a why-chain."""
+
+    kind: str = Field(..., description='"operator", "let", "call site", "annotation", "default", ...')
+    message: str
+    line: int | None = Field(None, description="Where the constraint is in the input text.")
+    column: int | None = None
+    node: int | None = Field(None, description="Node id of the constraint's expression.")
+
+
+class WhyAnswerOut(BaseModel):
+    """The device of one expression and the chain of constraints that decided it."""
+
+    node: int | None = Field(None, description="Node id of the expression.")
+    expression: str
+    line: int | None = None
+    column: int | None = None
+    device: str
+    reason: str = Field(
+        ...,
+        description='What fixed the device: "annotation", "request pin", "host rule", "parameter '
+        'attribute", "function attribute", "default", "cost" (optimize mode) or "none" (not planned).',
+    )
+    message: str
+    chain: list[WhyStepOut]
+    also: list[int] = Field(default_factory=list, description="Node ids of other pins that agree.")
+    cost: dict[str, Any] | None = Field(
+        None, description="Optimize mode: predicted ms on each device, and what forbids the others."
+    )
+
+
+class WhyResultOut(BaseModel):
+    """The answers for one selector of `why`."""
+
+    selector: dict[str, Any]
+    matches: int = Field(..., description="Expressions the selector matched.")
+    truncated: bool = Field(..., description="True when more than 50 matched (the first 50 are answered).")
+    answers: list[WhyAnswerOut]
+
+
 class PlanResponse(BaseModel):
     """The planned module and what the planner did."""
 
@@ -356,6 +427,7 @@ class PlanResponse(BaseModel):
     solver: SolverStats
     explanation: list[str] | None = Field(None, description="Present when the request set explain=true.")
     cost: CostOut | None = Field(None, description='Present in `mode: "optimize"`.')
+    why: list[WhyResultOut] | None = Field(None, description="One entry per `why` selector of the request.")
 
 
 # --------------------------------------------------------------------------

@@ -93,6 +93,9 @@ class PlanJob:
     explain: bool = False
     name: str = "<request>"
     request_id: str | None = None  # for the worker's log lines
+    # Issue 13: selectors to explain (`why`), and the picture's options (None: no picture).
+    why: tuple[dict[str, Any], ...] = ()
+    picture: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,8 @@ class PlanOutcome:
     explanation: list[str] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] | None = None  # optimize mode: CostReport.to_json()
+    why: list[dict[str, Any]] | None = None  # one WhyResult.to_json() per selector
+    picture: dict[str, Any] | None = None  # service.picture.Picture.to_json() (DOT, not SVG)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -157,6 +162,10 @@ class PlanOutcome:
             out["explanation"] = self.explanation
         if self.cost is not None:
             out["cost"] = self.cost
+        if self.why is not None:
+            out["why"] = self.why
+        if self.picture is not None:
+            out["picture"] = self.picture
         return out
 
 
@@ -254,8 +263,9 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     if left_ms <= 0:
         raise timeout_failure(job.timeout_ms, "parse")
     config = build_config(job, left_ms, clock)
+    _check_at_selectors(job)
     try:
-        result = solver.plan(module, config)
+        result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
     except solver.PlanningConflict as err:
         raise _conflict_failure(err) from None
     except solver.SolverTimeout as err:
@@ -315,9 +325,24 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
         cost=result.cost.to_json() if result.cost is not None else None,
     )
+    if job.why:
+        outcome.why = [w.to_json() for w in result.why]
+    if job.picture is not None:
+        from service.picture import build_picture
+
+        outcome.picture = build_picture(module, result, constraints=job.constraints, **job.picture).to_json()
     if job.explain:
         outcome.explanation = explain_success(outcome)
     return outcome
+
+
+def _check_at_selectors(job: PlanJob) -> None:
+    """`{"at": "LINE:COL"}` names a position of the input text: JSON input has none."""
+    fmt = job.input_format or detect_format(job.module)
+    selectors = [*job.why, *(c.get("select", {}) for c in job.constraints)]
+    if fmt == "json" and any(isinstance(s, dict) and "at" in s for s in selectors):
+        message = "'at' selectors need text input; select JSON nodes with {\"node\": ID}"
+        raise PlanFailure(KIND_CONFIG, message, f"error: {message}")
 
 
 def run_plan_safely(job: PlanJob) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""POST /plan/picture (an SVG of the placement) and GET /explore (a static
+page to explore placements: pin nodes, ask why). Issue 13."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import html
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.errors import PICTURE_UNAVAILABLE
+from service.examples import PICTURE_EXAMPLES
+from service.logs import current_request_id
+from service.models import PlanRequest, to_plan_job
+from service.picture import MAX_NODES, PictureUnavailable, dot_path, render_svg
+from service.planning import PlanFailure, deadline_s
+from service.pool import PoolBusy
+from service.problems import (
+    INTERNAL_ERROR,
+    INVALID_CONFIG,
+    MALFORMED_MODULE,
+    OVERLOADED,
+    PLANNING_CONFLICT,
+    REQUEST_TOO_LARGE,
+    SOLVER_TIMEOUT,
+    VALIDATION_ERROR,
+    ProblemError,
+    failure_to_problem,
+    problem_responses,
+)
+
+router = APIRouter(tags=["plan"])
+page_router = APIRouter(include_in_schema=False)
+
+STATIC_PREFIX = "/explore/static"
+SVG_MEDIA_TYPE = "image/svg+xml"
+
+
+def static_dir() -> str:
+    """The page's assets, shipped in the package (no CDN, no build step)."""
+    return str(resources.files("service") / "static" / "explore")
+
+
+@page_router.get("/explore")
+async def explore(request: Request) -> HTMLResponse:
+    root = html.escape(request.scope.get("root_path", "").rstrip("/"), quote=True)
+    page = resources.files("service") / "static" / "explore" / "index.html"
+    return HTMLResponse(page.read_text(encoding="utf-8").replace("{{root}}", root))
+
+
+@router.post(
+    "/plan/picture",
+    operation_id="plan_picture",
+    summary="A picture of the placement (SVG)",
+    description="Plans the module like `POST /plan` (same request) and draws the data-flow graph of "
+    "each function: operators colored by device with a legend, copies as red edges labelled with "
+    'their bytes, pinned nodes outlined, every node with its id (use it in `{"node": ID}` selectors). '
+    "Over `max_nodes` operators, runs of operators on one device collapse into one node with its count; "
+    "`expand` keeps the runs of the listed node ids open. Needs Graphviz `dot` on the server "
+    "(503 `picture-unavailable` without it).",
+    response_class=Response,
+    responses={
+        200: {"content": {SVG_MEDIA_TYPE: {"schema": {"type": "string"}}}, "description": "The SVG."},
+        **problem_responses(
+            MALFORMED_MODULE,
+            REQUEST_TOO_LARGE,
+            PLANNING_CONFLICT,
+            INVALID_CONFIG,
+            VALIDATION_ERROR,
+            INTERNAL_ERROR,
+            OVERLOADED,
+            SOLVER_TIMEOUT,
+            PICTURE_UNAVAILABLE,
+        ),
+    },
+)
+async def plan_picture(
+    request: Annotated[PlanRequest, Body(openapi_examples=PICTURE_EXAMPLES)],
+    settings: SettingsDep,
+    pool: PoolDep,
+    metrics: MetricsDep,
+    max_nodes: Annotated[
+        int, Query(ge=1, le=100_000, description="Operators drawn one by one before runs collapse.")
+    ] = MAX_NODES,
+    expand: Annotated[
+        list[int], Query(max_length=100_000, description="Node ids whose collapsed runs are drawn open.")
+    ] = [],  # noqa: B006 (FastAPI copies query defaults)
+) -> Response:
+    if dot_path() is None:
+        raise ProblemError(PICTURE_UNAVAILABLE, "install Graphviz (`apt-get install graphviz`) for pictures")
+    job = to_plan_job(request, settings, request_id=current_request_id())
+    job = dataclasses.replace(job, picture={"max_nodes": max_nodes, "expand": tuple(expand)})
+    metrics.in_flight.inc()
+    try:
+        result = await pool.submit(job, deadline_s(job.timeout_ms))
+    except PoolBusy:
+        raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
+    finally:
+        metrics.in_flight.dec()
+    if "error" in result:
+        raise failure_to_problem(PlanFailure.from_dict(result["error"]))
+    picture = result["ok"]["picture"]
+    try:
+        svg = await asyncio.to_thread(render_svg, picture["dot"])
+    except PictureUnavailable as err:
+        raise ProblemError(PICTURE_UNAVAILABLE, str(err)) from None
+    return Response(svg, media_type=SVG_MEDIA_TYPE)

@@ -1,0 +1,554 @@
+"""A picture of a placement (issue 13): the data-flow graph of each function
+as Graphviz DOT, rendered to SVG by `dot`.
+
+Nodes are the input module's operator calls, calls of functions, `if`/`match`,
+parameters and each function's result, labelled with their node ids (the
+post-order ids of `solver.why`) and filled with their device's color; copies
+are marked edges labelled with the bytes copied (from inferred types); pinned
+nodes (annotations, request pins) are outlined. Over `max_nodes` operators,
+runs of operators on one device (a chain with no branch) collapse into one
+node that carries its count; `expand` lists node ids whose runs stay open.
+
+The SVG is structured for tests and the explore page: every node is
+`<g id="n{ID}" class="node ...">` (a collapsed run `id="g{first ID}"` with the
+class `collapsed count-{N}`), its device in a class `dev-{index}`; every copy
+edge has the class `copy`.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import relay
+import solver
+from relay.ast import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Module,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from relay.traverse import children
+from solver.why import input_roots, node_ids, planned_roots, select
+
+MAX_NODES = 250
+"""Operators shown one by one; above it, single-device runs collapse."""
+
+RENDER_TIMEOUT_S = 60.0
+
+# Fill colors, one per device in the legend's order (cpu first, then by name).
+_PALETTE = ("#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#fde0ef", "#d9d9d9")
+_COPY_COLOR = "#c0392b"
+_WRAPPERS = ("on_device", "device_copy")
+
+
+class PictureUnavailable(Exception):
+    """Graphviz `dot` is not installed (the route answers 503 picture-unavailable)."""
+
+
+def dot_path() -> str | None:
+    """Where `dot` is, or None."""
+    return shutil.which("dot")
+
+
+def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
+    """DOT -> SVG with Graphviz; raises PictureUnavailable without `dot`."""
+    exe = dot_path()
+    if exe is None:
+        raise PictureUnavailable("Graphviz `dot` is not installed on this server")
+    done = subprocess.run(
+        [exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=timeout_s, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"dot failed: {done.stderr.decode(errors='replace')[:500]}")
+    return done.stdout.decode()
+
+
+# ---------------------------------------------------------------------------
+# Copies: where the planned module wraps an input expression in device_copy
+
+
+def _wrapper(expr: Expr) -> str | None:
+    if (
+        isinstance(expr, Call)
+        and isinstance(expr.op, Op)
+        and expr.op.name in _WRAPPERS
+        and len(expr.args) == 1
+    ):
+        return expr.op.name
+    return None
+
+
+def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Expr | None, Expr]]:
+    """(input parent, input child) for every device_copy of the planned module:
+    the copy sits between that child and that parent."""
+    sites: list[tuple[Expr | None, Expr]] = []
+    counted: set[int] = set()
+    seen: set[int] = set()
+    stack: list[tuple[Expr | None, Expr, Expr]] = [(None, a, b) for a, b in zip(inputs, outputs)]
+    while stack:
+        parent, a, b = stack.pop()
+        wa = _wrapper(a)
+        while _wrapper(b) is not None and _wrapper(b) != wa:
+            if _wrapper(b) == "device_copy" and id(b) not in counted:
+                counted.add(id(b))
+                sites.append((parent, a))
+            b = b.args[0]  # type: ignore[attr-defined]
+        if wa == "device_copy" and _wrapper(b) == "device_copy" and id(b) not in counted:
+            counted.add(id(b))  # an input copy the plan keeps
+            sites.append((parent, a))
+        if id(a) in seen:
+            continue
+        seen.add(id(a))
+        if wa is not None and _wrapper(b) != wa:
+            seen.discard(id(a))
+            stack.append((parent, a.args[0], b))  # type: ignore[attr-defined]
+            continue
+        if type(a) is not type(b):
+            continue
+        ka, kb = children(a), children(b)
+        if len(ka) == len(kb):
+            stack.extend((a, x, y) for x, y in zip(ka, kb))
+    return sites
+
+
+# ---------------------------------------------------------------------------
+# The graph
+
+
+@dataclass
+class _Node:
+    key: str
+    label: str
+    kind: str  # op | call | param | if | match | result | const
+    device: str
+    cluster: int
+    members: list[int] = field(default_factory=list)  # node ids
+    pinned: bool = False
+
+
+@dataclass
+class Picture:
+    """The DOT text and what it shows (for tests and the page)."""
+
+    dot: str
+    devices: dict[str, int]  # operators per device, collapsed runs counted in full
+    copies: int
+    collapsed: int  # collapsed nodes
+    legend: dict[str, str]  # device -> color
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dot": self.dot,
+            "devices": self.devices,
+            "copies": self.copies,
+            "collapsed": self.collapsed,
+            "legend": self.legend,
+        }
+
+
+def _bytes(t: Any) -> int | None:
+    if isinstance(t, TensorType):
+        n = 1
+        for d in t.shape:
+            if not isinstance(d, int):
+                return None
+            n *= d
+        bits = int("".join(ch for ch in t.dtype if ch.isdigit()) or "8")
+        lanes = 1
+        if "x" in t.dtype:
+            lanes = int(t.dtype.rsplit("x", 1)[1] or "1")
+        return n * max(1, math.ceil(bits * lanes / 8))
+    fields = getattr(t, "fields", None)
+    if fields is not None:
+        sizes = [_bytes(f) for f in fields]
+        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+    return None
+
+
+def bytes_text(n: int | None) -> str:
+    if n is None:
+        return "? B"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _pinned_ids(module: Module, constraints: Iterable[Mapping[str, Any]]) -> set[int]:
+    """Node ids fixed by an annotation in the input or by a request pin."""
+    ids = node_ids(module)
+    index = {id(n): i for i, n in enumerate(ids)}
+    out: set[int] = set()
+    for n in ids:
+        if isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "on_device" and n.args:
+            found = index.get(id(n.args[0]))
+            if found is not None:
+                out.add(found)
+    for c in constraints:
+        try:
+            for n in select(module, c.get("select", {})):
+                if id(n) in index:
+                    out.add(index[id(n)])
+        except solver.PlanConfigError:
+            continue
+    return out
+
+
+def build_picture(
+    module: Module,
+    result: solver.PlanResult,
+    *,
+    constraints: Iterable[Mapping[str, Any]] = (),
+    max_nodes: int = MAX_NODES,
+    expand: Iterable[int] = (),
+) -> Picture:
+    """The picture of `result` (planned with `record_constraints=True`) over
+    the input `module`."""
+    log = result.constraints
+    if log is None:
+        raise ValueError("build_picture needs a plan made with record_constraints=True")
+    ids = node_ids(module)
+    nid = {id(n): i for i, n in enumerate(ids)}
+    devices = log.devices
+    pinned = _pinned_ids(module, constraints)
+    try:
+        types: Any = relay.infer_types(module, check_annotations=False)
+    except relay.RelayError:
+        types = None
+    from_expr = module.expr is not None and not any(gv.name == "main" for gv, _ in module.functions)
+    roots = input_roots(module)
+    sites = copy_sites(roots, planned_roots(list(result.module.functions), from_expr))
+    site_of: dict[tuple[int, int], int] = {}
+    for k, (parent, child) in enumerate(sites):
+        site_of.setdefault((id(parent), id(child)), k)
+
+    nodes: dict[str, _Node] = {}
+    edges: list[tuple[str, str, int | None]] = []  # (src, dst, copy site)
+    cluster_names = [f"@{gv.name}" for gv, _ in module.functions] + (["@main"] if from_expr else [])
+
+    # Which cluster each node is in: walk each root.
+    cluster_of: dict[int, int] = {}
+    for ci, root in enumerate(roots):
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if id(n) in cluster_of:
+                continue
+            cluster_of[id(n)] = ci
+            if isinstance(n, Function) and n.is_primitive:
+                continue
+            stack.extend(children(n))
+            if isinstance(n, Function):
+                stack.extend(n.params)
+
+    def node_for(expr: Expr) -> str | None:
+        """The graph node of an expression that is one (created on demand)."""
+        i = nid.get(id(expr))
+        if i is None:
+            return None
+        kind: str | None = None
+        label = ""
+        if isinstance(expr, Call):
+            if isinstance(expr.op, Op):
+                if expr.op.name in _WRAPPERS:
+                    return None
+                kind, label = "op", expr.op.name
+            elif isinstance(expr.op, GlobalVar):
+                kind, label = "call", f"call @{expr.op.name}"
+            elif isinstance(expr.op, Var):
+                kind, label = "call", f"call %{expr.op.name}"
+            else:
+                kind, label = "call", "call"
+        elif isinstance(expr, Var):
+            kind, label = "param", f"%{expr.name}"
+        elif isinstance(expr, If):
+            kind, label = "if", "if"
+        elif isinstance(expr, Match):
+            kind, label = "match", "match"
+        elif isinstance(expr, Constant):
+            kind, label = "const", "constant"
+        if kind is None:
+            return None
+        key = f"n{i}"
+        if key not in nodes:
+            nodes[key] = _Node(
+                key,
+                f"{label}\n#{i}",
+                kind,
+                devices.get(i, "?"),
+                cluster_of.get(id(expr), 0),
+                [i],
+                i in pinned,
+            )
+        return key
+
+    let_value: dict[int, Expr] = {}
+    for n in ids:
+        if isinstance(n, Let):
+            let_value[id(n.var)] = n.value
+
+    def sources(expr: Expr) -> list[tuple[str, int | None]]:
+        """The graph nodes whose values flow into `expr`, each with the copy
+        site crossed on the way (None for none)."""
+        out: list[tuple[str, int | None]] = []
+        stack: list[tuple[Expr, int | None]] = [(expr, None)]
+        visited: set[int] = set()
+        while stack:
+            e, site = stack.pop()
+            if id(e) in visited:
+                continue
+            visited.add(id(e))
+            if isinstance(e, Var) and id(e) in let_value:
+                value = let_value[id(e)]
+                let_site = next(
+                    (k for (p, c), k in site_of.items() if c == id(value) and _is_let_of(p, e)), None
+                )
+                stack.append((value, site if site is not None else let_site))
+                continue
+            key = node_for(e)
+            if key is not None:
+                out.append((key, site))
+                continue
+            inner: list[Expr] = []
+            if isinstance(e, Call) and _wrapper(e) is not None:
+                inner = [e.args[0]]
+            elif isinstance(e, Tuple):
+                inner = list(e.fields)
+            elif isinstance(e, TupleGetItem):
+                inner = [e.tuple_value]
+            elif isinstance(e, Let):
+                inner = [e.body]
+            elif isinstance(e, (RefCreate, RefWrite)):
+                inner = [e.value]
+            elif isinstance(e, RefRead):
+                inner = [e.ref]
+            for k in inner:
+                stack.append((k, site if site is not None else site_of.get((id(e), id(k)))))
+        return out
+
+    let_nodes = {id(n.var): n for n in ids if isinstance(n, Let)}
+
+    def _is_let_of(parent_id: int, var: Var) -> bool:
+        let = let_nodes.get(id(var))
+        return let is not None and id(let) == parent_id
+
+    def inputs_of(expr: Expr) -> list[Expr]:
+        if isinstance(expr, Call):
+            return list(expr.args)
+        if isinstance(expr, If):
+            return [expr.cond, expr.true_branch, expr.false_branch]
+        if isinstance(expr, Match):
+            return [expr.data, *(c.rhs for c in expr.clauses)]
+        return []
+
+    for n in ids:
+        key = node_for(n) if not isinstance(n, (Var, Constant)) else None
+        if key is not None:
+            for arg in inputs_of(n):
+                for src, site in sources(arg):
+                    edges.append((src, key, site if site is not None else site_of.get((id(n), id(arg)))))
+        if isinstance(n, Function) and not n.is_primitive:
+            i = nid[id(n)]
+            key = f"r{i}"
+            is_global = any(n is r for r in roots)
+            nodes[key] = _Node(
+                key,
+                f"{'result' if is_global else 'fn result'}\n#{i}",
+                "result",
+                devices.get(i, "?"),
+                cluster_of.get(id(n), 0),
+                [i],
+                i in pinned,
+            )
+            for src, site in sources(n.body):
+                edges.append((src, key, site if site is not None else site_of.get((id(n), id(n.body)))))
+        elif isinstance(n, Var) and any(n in f.params for f in roots if isinstance(f, Function)):
+            node_for(n)
+
+    # Mark each copy once (a copied value used twice is one copy).
+    marked: set[int] = set()
+    final_edges: list[tuple[str, str, int | None]] = []
+    for src, dst, site in edges:
+        if site is not None and site not in marked:
+            marked.add(site)
+            final_edges.append((src, dst, site))
+        else:
+            final_edges.append((src, dst, None))
+
+    if sum(1 for n in nodes.values() if n.kind == "op") > max_nodes:
+        # Big graphs: parameters that only feed operators (weights) are left out.
+        keep = {src for src, _, site in final_edges if site is not None}
+        drop = {k for k, n in nodes.items() if n.kind == "param" and not n.pinned and k not in keep}
+        nodes = {k: n for k, n in nodes.items() if k not in drop}
+        final_edges = [e for e in final_edges if e[0] not in drop]
+    groups = _collapse(nodes, final_edges, max_nodes, set(expand))
+    return _emit(nodes, final_edges, groups, sites, types, cluster_names, marked)
+
+
+def _collapse(
+    nodes: dict[str, _Node],
+    edges: list[tuple[str, str, int | None]],
+    max_nodes: int,
+    expand: set[int],
+) -> dict[str, str]:
+    """node key -> key of its group's head (chains of same-device operators)."""
+    head = {k: k for k in nodes}
+    ops = [n for n in nodes.values() if n.kind == "op"]
+    if len(ops) <= max_nodes:
+        return head
+    ins: dict[str, list[tuple[str, int | None]]] = {}
+    outs: dict[str, list[str]] = {}
+    for src, dst, site in edges:
+        ins.setdefault(dst, []).append((src, site))
+        outs.setdefault(src, []).append(dst)
+
+    def find(k: str) -> str:
+        while head[k] != k:
+            head[k] = head[head[k]]
+            k = head[k]
+        return k
+
+    def open_node(n: _Node) -> bool:
+        return n.kind != "op" or n.pinned or any(m in expand for m in n.members)
+
+    for n in sorted(ops, key=lambda n: n.members[0]):
+        preds = ins.get(n.key, [])
+        if open_node(n) or len(preds) != 1:
+            continue
+        src, site = preds[0]
+        prev = nodes[src]
+        if (
+            site is not None
+            or open_node(prev)
+            or len(outs.get(src, [])) != 1
+            or prev.device != n.device
+            or prev.cluster != n.cluster
+        ):
+            continue
+        head[n.key] = find(src)
+    return {k: find(k) for k in nodes}
+
+
+def _emit(
+    nodes: dict[str, _Node],
+    edges: list[tuple[str, str, int | None]],
+    groups: dict[str, str],
+    sites: list[tuple[Expr | None, Expr]],
+    types: Any,
+    cluster_names: list[str],
+    marked: set[int],
+) -> Picture:
+    names = sorted({n.device for n in nodes.values()}, key=lambda d: (d != "cpu", d))
+    legend = {d: _PALETTE[i % len(_PALETTE)] for i, d in enumerate(names)}
+    dev_index = {d: i for i, d in enumerate(names)}
+    members: dict[str, list[_Node]] = {}
+    for k, n in nodes.items():
+        members.setdefault(groups[k], []).append(n)
+    lines = [
+        "digraph placement {",
+        (
+            '  graph [rankdir=TB, fontname="DejaVu Sans", fontsize=11, nodesep=0.25, ranksep=0.35, '
+            'newrank=true, id="placement"];'
+        ),
+        (
+            '  node [fontname="DejaVu Sans", fontsize=10, shape=box, style="rounded,filled", penwidth=1, '
+            'color="#555555", margin="0.08,0.04", height=0.3];'
+        ),
+        '  edge [fontname="DejaVu Sans", fontsize=9, color="#777777", arrowsize=0.6];',
+    ]
+    per_device: dict[str, int] = {}
+    collapsed = 0
+    by_cluster: dict[int, list[str]] = {}
+    for head, group in members.items():
+        group.sort(key=lambda n: n.members[0])
+        first = group[0]
+        ops = sum(1 for n in group if n.kind == "op")
+        if ops:
+            per_device[first.device] = per_device.get(first.device, 0) + ops
+        color = legend.get(first.device, "#ffffff")
+        classes = [first.kind, f"dev-{dev_index.get(first.device, 0)}"]
+        shape = {"param": "ellipse", "result": "doubleoctagon", "const": "note"}.get(first.kind, "box")
+        if len(group) > 1:
+            collapsed += 1
+            ids = [m for n in group for m in n.members]
+            classes += ["collapsed", f"count-{ops}"]
+            label = f"{ops} ops on {first.device}\n#{min(ids)}..#{max(ids)}"
+            key = f"g{min(ids)}"
+            tip = "click to expand: " + " ".join(str(i) for i in ids)
+            extra = f', style="rounded,filled,bold", peripheries=2, tooltip={_quote(tip)}'
+        else:
+            key = first.key
+            label = first.label
+            extra = f", tooltip={_quote(first.label.replace(chr(10), ' ') + ' on ' + first.device)}"
+        if first.pinned and len(group) == 1:
+            classes.append("pinned")
+            extra += ', penwidth=3, color="#000000"'
+        lines_for = (
+            f"  {_quote(head)} [id={_quote(key)}, class={_quote(' '.join(classes))}, "
+            f'label={_quote(label)}, fillcolor="{color}", shape={shape}{extra}];'
+        )
+        by_cluster.setdefault(first.cluster, []).append(lines_for)
+    for ci, entries in sorted(by_cluster.items()):
+        name = cluster_names[ci] if ci < len(cluster_names) else f"#{ci}"
+        lines.append(f"  subgraph cluster_{ci} {{")
+        lines.append(
+            f'    label={_quote(name)}; labeljust=l; style="rounded"; color="#999999"; '
+            f'id="cluster_{ci}"; class="function";'
+        )
+        lines.extend("  " + e for e in entries)
+        lines.append("  }")
+    seen_edges: set[tuple[str, str]] = set()
+    copies = 0
+    for src, dst, site in edges:
+        a, b = groups[src], groups[dst]
+        if site is None:
+            if a == b or (a, b) in seen_edges:
+                continue
+            seen_edges.add((a, b))
+            lines.append(f"  {_quote(a)} -> {_quote(b)};")
+            continue
+        copies += 1
+        child = sites[site][1]
+        nbytes = _bytes(types.of(child)) if types is not None else None
+        lines.append(
+            f'  {_quote(a)} -> {_quote(b)} [id="copy{site}", class="copy", color="{_COPY_COLOR}", '
+            f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", '
+            f"label={_quote(' copy ' + bytes_text(nbytes))}];"
+        )
+    lines.append("  subgraph cluster_legend {")
+    lines.append('    label="devices"; style="rounded"; color="#999999"; id="legend"; class="legend";')
+    for d in names:
+        lines.append(
+            f'    {_quote("legend:" + d)} [id={_quote("legend-" + d)}, class="legend-entry dev-{dev_index[d]}", '
+            f'label={_quote(d)}, fillcolor="{legend[d]}"];'
+        )
+    lines.append(
+        f'    "legend:copy" [id="legend-copy", class="legend-entry", label="copy", shape=plaintext, '
+        f'style="", fontcolor="{_COPY_COLOR}"];'
+    )
+    lines.append("  }")
+    lines.append("}")
+    _ = marked
+    return Picture("\n".join(lines) + "\n", per_device, copies, collapsed, legend)
