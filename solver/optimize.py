@@ -1009,12 +1009,16 @@ class Optimized:
     weights: Weights
 
 
-def plan_optimize(module: Module, config: PlanConfig) -> PlanResult:
-    """Plan `module` in optimize mode (docs/optimize.md)."""
-    return optimize(module, config).result
+def plan_optimize(
+    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+) -> PlanResult:
+    """Plan `module` in optimize mode (docs/optimize.md); `why`/`record` as in `plan`."""
+    return optimize(module, config, why, record).result
 
 
-def optimize(module: Module, config: PlanConfig) -> Optimized:
+def optimize(
+    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+) -> Optimized:
     """Plan `module` in optimize mode; the result with its problem and solution."""
     if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
         raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
@@ -1102,6 +1106,14 @@ def optimize(module: Module, config: PlanConfig) -> Optimized:
         expressions_by_device=rewriter.expressions_by_device(),
         cost=report,
     )
+    if why or record:
+        from .why import explain_optimized, planned_roots
+
+        optimized = Optimized(result, problem, solution, weights)
+        planned = planned_roots(functions, fr.from_expr)
+        result = explain_optimized(
+            result, module, collector, planned, default_c, device_of, optimized, why, record
+        )
     return Optimized(result, problem, solution, weights)
 
 

@@ -383,7 +383,7 @@ def plan(
             # Imported here: the optimize mode is built from this module's steps.
             from .optimize import plan_optimize
 
-            return plan_optimize(module, config)
+            return plan_optimize(module, config, tuple(why), record_constraints)
         return _plan(module, config, tuple(why), record_constraints)
     finally:
         if enabled:

@@ -23,8 +23,9 @@ expression's element to the pin that decided its device:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,6 +400,7 @@ class ConstraintLog:
     hard: tuple[bool, ...]
     follows: Mapping[int, Mapping[int, int]]
     elements: Mapping[int, int]  # node id -> element of its result
+    devices: Mapping[int, str]  # node id -> device name (relay.device_name)
 
 
 class _Graph:
@@ -468,11 +470,16 @@ class Explainer:
         collector: Collector,
         planned_roots: Sequence[Expr],
         default: VirtualDevice,
+        device_of: Callable[[int], VirtualDevice] | None = None,
     ) -> None:
         self.module = module
         self.c = collector
         self.ds = collector.ds
         self.default = default
+        self._device_of = device_of
+        # Optimize mode: element -> (message, cost details) for classes no pin decides.
+        self.cost_reason: Callable[[int], tuple[str, dict[str, Any]]] | None = None
+        self._cost: dict[str, Any] | None = None
         self.graph = _Graph(collector.ds)
         self.mapping = align(input_roots(module), planned_roots)
         self.ids = node_ids(module)
@@ -501,7 +508,7 @@ class Explainer:
         return DomainSystem.result_of(d)
 
     def device_of(self, elem: int) -> VirtualDevice:
-        vd = self.ds.device(elem)
+        vd = self._device_of(elem) if self._device_of is not None else self.ds.device(elem)
         return self.default if vd.is_fully_unconstrained else vd
 
     def _follow_source(self, elem: int, cid: int) -> int | None:
@@ -566,6 +573,9 @@ class Explainer:
                 if self._also:
                     msg += f" (also fixed by {len(self._also)} other constraint(s))"
                 return chain, reason, msg, None
+        if self.cost_reason is not None:
+            msg, self._cost = self.cost_reason(elem)
+            return [], "cost", msg, None
         comp = _component(elem, g.all_adj)
         # The first default applied to the class (log order is the walk's order).
         best = next(
@@ -638,6 +648,7 @@ class Explainer:
         current: int | None = elem
         reason, msg = "default", ""
         self._also = ()
+        self._cost = None
         while current is not None and current not in seen:
             seen.add(current)
             steps, reason, msg, current = self._decide(current)
@@ -652,6 +663,7 @@ class Explainer:
             reason,
             msg,
             elem,
+            cost=self._cost,
             also=self._also,
         )
 
@@ -663,10 +675,17 @@ class Explainer:
     def log(self) -> ConstraintLog:
         ds = self.ds
         elements = {}
+        devices = {}
+        names: dict[int, tuple[VirtualDevice, str]] = {}  # keeps each device alive with its name
         for i, n in enumerate(self.ids):
             e = self.element(n)
             if e is not None:
                 elements[i] = e
+                vd = self.device_of(e)
+                found = names.get(id(vd))
+                if found is None:
+                    found = names[id(vd)] = (vd, device_name(vd))
+                devices[i] = found[1]
         return ConstraintLog(
             tuple(zip(ds.edge_a, ds.edge_b, ds.edge_c)),
             tuple(ds.pins),
@@ -674,8 +693,65 @@ class Explainer:
             tuple(t.hard for t in ds.tags),
             {k: dict(v) for k, v in self.follows.items()},
             elements,
+            devices,
         )
 
 
 def _pairs(ids: Sequence[Expr], mapping: Mapping[int, Expr]) -> list[tuple[Expr, Expr]]:
     return [(n, mapping[id(n)]) for n in ids if id(n) in mapping]
+
+
+def explain_optimized(
+    result: Any,
+    module: Module,
+    collector: Collector,
+    planned: Sequence[Expr],
+    default: VirtualDevice,
+    device_of: Callable[[int], VirtualDevice],
+    optimized: Any,
+    why: Sequence[Mapping[str, Any]],
+    record: bool,
+) -> Any:
+    """`result` (an optimize-mode PlanResult) with its why-answers: pins decide
+    as in the TVM mode; any other class was chosen by cost, so its answer gives
+    the predicted time with it on each device and what forbids the others."""
+    from .optimize import budget_violations, evaluate
+
+    problem, weights, solution = optimized.problem, optimized.weights, optimized.solution
+    ds = collector.ds
+    index = {root: c for c, root in enumerate(problem.classes)}
+    base = evaluate(problem, weights, solution.assign)[1]
+
+    def reason(elem: int) -> tuple[str, dict[str, Any]]:
+        c = index.get(ds.find(elem))
+        if c is None:
+            return "no operator or tensor decides it; it takes the default device", {}
+        here = solution.assign[c]
+        times: dict[str, float] = {}
+        forbidden: dict[str, str] = {}
+        for d, name in enumerate(problem.names):
+            if d not in problem.allowed[c]:
+                partial = ds.vd[ds.find(elem)]
+                fits = partial.join(problem.devices[d]) is not None
+                forbidden[name] = "operator support" if fits else "a pin or annotation"
+                continue
+            trial = list(solution.assign)
+            trial[c] = d
+            times[name] = round(evaluate(problem, weights, trial)[1] / 1e6, 6)
+            over = budget_violations(problem, trial)
+            if over and d != here:
+                forbidden[name] = "memory budget of " + ", ".join(problem.names[x] for x, _, _ in over)
+        parts = [f"{n}: {t:.3f} ms" for n, t in times.items()]
+        msg = (
+            f"optimize mode chose {problem.names[here]} (predicted {base / 1e6:.3f} ms); "
+            f"with this class on each device: {', '.join(parts)}"
+        )
+        if forbidden:
+            msg += "; forbidden: " + ", ".join(f"{n} ({why})" for n, why in forbidden.items())
+        return msg, {"predicted_ms": times, "chosen": problem.names[here], "forbidden": forbidden}
+
+    explainer = Explainer(module, collector, planned, default, device_of)
+    explainer.cost_reason = reason
+    answers = tuple(explainer.answer_selector(s, f"why #{i}") for i, s in enumerate(why))
+    log = explainer.log() if record else None
+    return dataclasses.replace(result, why=answers, constraints=log)
