@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from relay_io import print_table  # a sibling script
+
 CHECKPOINTS = (100, 500, 1000, 2000, 4000, 8000, 16000)
 
 
@@ -85,12 +87,7 @@ def main() -> None:
             check=True,
         ).stdout.split()
         rows.append(["8 MiB budget" if label == "bounded" else "budget lifted", *out])
-    header = ["RSS MiB after N requests", *map(str, points)]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(["RSS MiB after N requests", *map(str, points)], rows)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,15 @@ def row(name: str, text: str, json_text: str | None, repeat: int) -> list[str]:
     return cells
 
 
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, `|` between them."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
@@ -101,11 +110,7 @@ def main() -> None:
             rows.append(row(path.name, path.read_text(), json_text, args.repeat))
     for n in (10_000, 100_000):
         rows.append(row(f"chain {n // 1000}k", chain_text(n), None, 1 if n > 10_000 else args.repeat))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(header, rows)
 
 
 if __name__ == "__main__":
