@@ -98,6 +98,10 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
     raise TypeError(f"{type(expr).__name__} has no children to replace")
 
 
+# Node types without children.
+_LEAVES = frozenset({Var, GlobalVar, Constant, Op, Constructor})
+
+
 def post_order(
     roots: Expr | Iterable[Expr],
     *,
@@ -113,9 +117,10 @@ def post_order(
     order: list[Expr] = []
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = []
+    push = stack.append
     root_list = [roots] if isinstance(roots, Expr) else list(roots)
     for root in reversed(root_list):
-        stack.append((root, False))
+        push((root, False))
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -125,15 +130,22 @@ def post_order(
         if key in seen:
             continue
         seen.add(key)
-        stack.append((node, True))
-        if not into_functions and isinstance(node, Function):
+        t = type(node)
+        if t in _LEAVES:
+            order.append(node)
+            continue
+        push((node, True))
+        if not into_functions and t is Function:
             continue
         if enter is not None and not enter(node):
             continue
-        kids = children(node)
+        # Calls are most nodes: their children without a trip through `children`.
+        kids = node.args if t is Call else children(node)  # type: ignore[attr-defined]
         for kid in reversed(kids):
             if id(kid) not in seen:
-                stack.append((kid, False))
+                push((kid, False))
+        if t is Call and id(node.op) not in seen:  # type: ignore[attr-defined]
+            push((node.op, False))  # type: ignore[attr-defined]
     return order
 
 
@@ -150,26 +162,40 @@ def pre_order(
     left). `enter` as for `post_order`. `seen` (ids) is skipped and updated,
     so several calls can share it to list each node of a program once."""
     order: list[Expr] = []
+    append = order.append
     if seen is None:
         seen = set()
     root_list = [roots] if isinstance(roots, Expr) else list(roots)
     stack: list[Expr] = list(reversed(root_list))
+    push, extend, pop = stack.append, stack.extend, stack.pop
     while stack:
-        node = stack.pop()
-        if id(node) in seen:
+        node = pop()
+        key = id(node)
+        if key in seen:
             continue
-        seen.add(id(node))
-        order.append(node)
-        if not into_functions and isinstance(node, Function):
+        seen.add(key)
+        append(node)
+        t = type(node)
+        if t in _LEAVES:
+            continue
+        if not into_functions and t is Function:
             continue
         if enter is not None and not enter(node):
             continue
-        stack.extend(children(node) if right_to_left else reversed(children(node)))
+        if t is Call:  # most nodes: their children without a trip through `children`
+            if right_to_left:
+                push(node.op)  # type: ignore[attr-defined]
+                extend(node.args)  # type: ignore[attr-defined]
+            else:
+                extend(reversed(node.args))  # type: ignore[attr-defined]
+                push(node.op)  # type: ignore[attr-defined]
+        else:
+            extend(children(node) if right_to_left else reversed(children(node)))
     return order
 
 
-# Stack entries of `walk`: what to do with the node (or binder) they carry.
-_VISIT, _POST, _BIND, _UNBIND = 0, 1, 2, 3
+# Hook entries on `walk`'s stack: what to do with the node they carry.
+_POST, _BIND, _UNBIND = 1, 2, 3
 
 
 def walk(
@@ -199,11 +225,15 @@ def walk(
     """
     seen: set[int] = set()
     root_list = [roots] if isinstance(roots, Expr) else list(roots)
-    stack: list[tuple[int, Expr, int]] = [(_VISIT, r, 0) for r in reversed(root_list)]
+    # A node on the stack is to be visited; a tuple (action, node, index) is
+    # a hook to run (no tuple is built for the common visit).
+    stack: list[Expr | tuple[int, Expr, int]] = list(reversed(root_list))
     push = stack.append
+    pop = stack.pop
     while stack:
-        action, node, index = stack.pop()
-        if action != _VISIT:
+        item = pop()
+        if type(item) is tuple:
+            action, node, index = item
             if action == _POST:
                 post(node)  # type: ignore[misc]
             elif action == _BIND:
@@ -211,8 +241,10 @@ def walk(
             else:
                 unbind(node, index)  # type: ignore[misc]
             continue
-        if use is not None and type(node) is Var:
-            use(node)
+        node = item  # type: ignore[assignment]
+        t = type(node)
+        if t is Var and use is not None:
+            use(node)  # type: ignore[arg-type]
         key = id(node)
         if key in seen or (done is not None and key in done):
             continue
@@ -221,31 +253,27 @@ def walk(
             push((_POST, node, 0))
         if pre is not None and pre(node) is False:
             continue
-        match node:
-            case Function(body=body):
+        if t is Let or t is Function:
+            if unbind is not None:
+                push((_UNBIND, node, 0))
+            push(node.body)  # type: ignore[attr-defined]
+            if bind is not None:
+                push((_BIND, node, 0))
+            if t is Let:
+                push(node.value)  # type: ignore[attr-defined]
+        elif t is Match:
+            clauses = node.clauses  # type: ignore[attr-defined]
+            for i in range(len(clauses) - 1, -1, -1):
                 if unbind is not None:
-                    push((_UNBIND, node, 0))
-                push((_VISIT, body, 0))
+                    push((_UNBIND, node, i))
+                push(clauses[i].rhs)
                 if bind is not None:
-                    push((_BIND, node, 0))
-            case Let(value=value, body=body):
-                if unbind is not None:
-                    push((_UNBIND, node, 0))
-                push((_VISIT, body, 0))
-                if bind is not None:
-                    push((_BIND, node, 0))
-                push((_VISIT, value, 0))
-            case Match(data=data, clauses=clauses):
-                for i in range(len(clauses) - 1, -1, -1):
-                    if unbind is not None:
-                        push((_UNBIND, node, i))
-                    push((_VISIT, clauses[i].rhs, 0))
-                    if bind is not None:
-                        push((_BIND, node, i))
-                push((_VISIT, data, 0))
-            case _:
-                for kid in reversed(kids(node)):
-                    push((_VISIT, kid, 0))
+                    push((_BIND, node, i))
+            push(node.data)  # type: ignore[attr-defined]
+        elif t not in _LEAVES:
+            for kid in reversed(kids(node)):
+                if use is not None or id(kid) not in seen:
+                    push(kid)
 
 
 def binders(node: Expr, index: int = 0) -> tuple[Var, ...]:

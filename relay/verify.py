@@ -97,6 +97,8 @@ class _Verifier:
         walk(root, pre=self.local_checks, bind=bind, unbind=unbind, use=use)
 
     def local_checks(self, node: A.Expr) -> None:
+        if type(node) is A.Var:  # the common case: uses are checked by `check`
+            return
         match node:
             case A.GlobalVar(name=name):
                 if name not in self.globals:

@@ -37,10 +37,8 @@ from relay.device import VirtualDevice
 from relay.traverse import not_primitive, post_order, pre_order
 
 from .deadline import MASK, Deadline
-from .domains import Domain, DomainSystem
+from .domains import FREE, Domain, DomainSystem
 from .shapes import FnShape, ShapeInfo, type_shape
-
-_FREE = VirtualDevice.unconstrained()
 
 # Parameter/result slots of special operators: "same" (one shared free
 # first-order domain), "host" (the host device), "free" (a fresh free domain of
@@ -101,7 +99,6 @@ class Collector:
         self.annotation_kinds = annotation_kinds
         self.hard_count = 0
         self.soft_count = 0
-        self.free_on_device_merged = 0
 
     # ---- domains of expressions
 
@@ -147,7 +144,7 @@ class Collector:
             if od is not None:
                 cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
                 shape = self.shapes.of(args[0])
-                vd = od.virtual_device if isinstance(od.virtual_device, VirtualDevice) else _FREE
+                vd = od.virtual_device if isinstance(od.virtual_device, VirtualDevice) else FREE
                 body = (
                     ds.for_device(shape, ds.canonical(vd), cid)
                     if od.constrain_body and not vd.is_fully_unconstrained
@@ -163,8 +160,8 @@ class Collector:
             if dc is not None:
                 cid = self._tag("copy", call)
                 shape = self.shapes.of(args[0])
-                src = dc.src if isinstance(dc.src, VirtualDevice) else _FREE
-                dst = dc.dst if isinstance(dc.dst, VirtualDevice) else _FREE
+                src = dc.src if isinstance(dc.src, VirtualDevice) else FREE
+                dst = dc.dst if isinstance(dc.dst, VirtualDevice) else FREE
                 return (
                     ds.for_device(shape, ds.canonical(src), cid),
                     ds.for_device(shape, ds.canonical(dst), cid),
@@ -380,8 +377,7 @@ class Collector:
                 if od is not None and not od.constrain_body and not od.constrain_result:
                     cid = self.ds.tag("free on_device", node, hard=False)
                     self.soft_count += 1
-                    if self.ds.try_unify(self.dom(node), self.dom(od.body), cid):
-                        self.free_on_device_merged += 1
+                    self.ds.try_unify(self.dom(node), self.dom(od.body), cid)
 
     def apply_defaults(self) -> None:
         """Step 2: TVM's DeviceDefaulter walk, globals in definition order."""

@@ -19,7 +19,8 @@ from .shapes import FnShape, Shape
 
 Domain = int | tuple["Domain", ...]
 
-_FREE = VirtualDevice.unconstrained()
+FREE = VirtualDevice.unconstrained()
+"""The fully unconstrained device (one object, so `is` tests are cheap)."""
 
 
 class ConstraintTag(NamedTuple):
@@ -68,7 +69,7 @@ class DomainSystem:
 
     def new(self) -> int:
         self.parent.append(len(self.parent))
-        self.vd.append(_FREE)
+        self.vd.append(FREE)
         return len(self.parent) - 1
 
     def find(self, x: int) -> int:
@@ -141,9 +142,9 @@ class DomainSystem:
             return
         vds = self.vd
         va, vb = vds[ra], vds[rb]
-        if vb is va or vb is _FREE or _is_free(vb):
+        if vb is va or vb is FREE or _is_free(vb):
             joined = va
-        elif va is _FREE or _is_free(va):
+        elif va is FREE or _is_free(va):
             joined = vb
         else:
             j = va.join(vb)
@@ -331,16 +332,4 @@ def _pairs(a: Domain, b: Domain) -> list[tuple[int, int]]:
             out.append((x, y))
         elif isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y):
             stack.extend(zip(x, y))
-    return out
-
-
-def flatten(d: Domain) -> list[int]:
-    out: list[int] = []
-    stack: list[Any] = [d]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, int):
-            out.append(x)
-        else:
-            stack.extend(x)
     return out

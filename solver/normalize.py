@@ -33,14 +33,13 @@ from relay.device import VirtualDevice
 from relay.traverse import children, rewrite, walk
 
 from .deadline import MASK, Deadline
-
-_FREE = VirtualDevice.unconstrained()
+from .domains import FREE
 
 
 def make_on_device(body: Expr, device: VirtualDevice, constrain_result: bool, constrain_body: bool) -> Call:
     """TVM's OnDevice: with neither flag the device is dropped (fully unconstrained)."""
     if not constrain_result and not constrain_body:
-        device = _FREE
+        device = FREE
     return on_device(
         body, device, constrain_body=constrain_body, constrain_result=constrain_result, span=body.span
     )
@@ -149,7 +148,7 @@ def copy_conflicting_inputs(
             return
         key = id(node)
         calls[key] = node
-        call_dev = records.setdefault(key, _FREE)
+        call_dev = records.setdefault(key, FREE)
         body_dev = call_dev
         od = on_device_props(node)
         dc = device_copy_props(node)
@@ -186,8 +185,8 @@ def copy_conflicting_inputs(
         changed = rebuilt.args is not original.args
         for i, arg in enumerate(new_args):
             if id(arg) in conflicted and conflicted[id(arg)] is arg:
-                src_raw = records.get(id(arg), _FREE)
-                dst_raw = records.get(id(original), _FREE)
+                src_raw = records.get(id(arg), FREE)
+                dst_raw = records.get(id(original), FREE)
                 if src_raw.device_type is None and src_raw.target is None:
                     raise InputConflictCrash(original, "conflicting argument whose device is unknown", arg)
                 if dst_raw.device_type is None and dst_raw.target is None:

@@ -39,10 +39,8 @@ from relay.traverse import children, not_primitive, post_order, with_children
 
 from .collect import _SPECIAL_OPS, Collector
 from .deadline import MASK
-from .domains import Domain
+from .domains import FREE, Domain
 from .normalize import maybe_on_device
-
-_FREE = VirtualDevice.unconstrained()
 
 
 class Rewriter:
@@ -178,7 +176,7 @@ class Rewriter:
                 let_vd = self.dev(node)
                 self._count(let_vd)
                 var_vd = self._result(self.c.dom(var))
-                new_value = self.child(_FREE, var_vd, self.dev(value), value)
+                new_value = self.child(FREE, var_vd, self.dev(value), value)
                 new_body = self.child(let_vd, let_vd, self.dev(body), body)
                 if new_value is value and new_body is body:
                     return node
@@ -229,8 +227,8 @@ class Rewriter:
         dc = device_copy_props(call) if name == "device_copy" else None
         if dc is not None:
             ds = self.c.ds
-            src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else _FREE
-            dst = ds.canonical(dc.dst) if isinstance(dc.dst, VirtualDevice) else _FREE
+            src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else FREE
+            dst = ds.canonical(dc.dst) if isinstance(dc.dst, VirtualDevice) else FREE
             if src == dst:
                 return self.memo[id(dc.body)]
             return self.child(dst, dst, src, dc.body)
