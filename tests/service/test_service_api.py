@@ -474,7 +474,16 @@ def test_docs_page_is_self_contained(client: Any) -> None:
 def test_openapi_json_has_stable_operation_ids(client: Any) -> None:
     schema = client.get("/openapi.json").json()
     ops = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
-    assert ops == {"plan", "compile", "get_artifact", "healthz", "readyz", "version", "metrics"}
+    assert ops == {
+        "plan",
+        "plan_picture",
+        "compile",
+        "get_artifact",
+        "healthz",
+        "readyz",
+        "version",
+        "metrics",
+    }
     plan = schema["paths"]["/plan"]["post"]
     examples = plan["requestBody"]["content"]["application/json"]["examples"]
     assert set(examples) == {
@@ -484,6 +493,7 @@ def test_openapi_json_has_stable_operation_ids(client: Any) -> None:
         "optimize_head_on_cpu",
         "optimize_support_conflict",
         "optimize_budget",
+        "why",
     }
     for status in ("400", "413", "422", "504"):
         assert PROBLEM_MEDIA_TYPE in plan["responses"][status]["content"], status
