@@ -39,13 +39,15 @@ recursive and limited to `MAX_NESTING` levels, past which a ParseError says so.
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from . import ast as A
 from .device import VirtualDevice
+from .op_attrs import attrs_type_key as _attrs_type_key
 from .span import ParseError, SourceText, Span
 
 MAX_NESTING = 1000
@@ -56,25 +58,32 @@ if sys.getrecursionlimit() < _RECURSION_LIMIT:
     sys.setrecursionlimit(_RECURSION_LIMIT)
 
 # Whitespace and comments are skipped inside the token pattern itself, so
-# every match is one real token (the lexer loop runs once per token).
+# every match is one real token (the lexer loop runs once per token). Block
+# comments use the unrolled form `/\*[^*]*\*+(?:[^/*][^*]*\*+)*/`, which
+# scans a comment in runs instead of one lazy step per character (TVM's
+# `/* ty=... */` annotations are 40% of a printed module). The alternatives
+# come in order of frequency; only their relative order where two can match
+# at the same offset matters (fatarrow before `=`, float before int and
+# ident, meta and `match?` before ident, string before badstring).
 _TOKEN_RE = re.compile(
     r"""
-    (?:\s+|//[^\n]*|/\*[\s\S]*?\*/)*
+    (?:\s+|//[^\n]*|/\*[^*]*\*+(?:[^/*][^*]*\*+)*/)*
     (?:
-      (?P<badcomment>/\*)
-    | (?P<version>\#\[version\s*=\s*"[^"\n]*"\])
-    | (?P<meta>meta\s*\[\s*[A-Za-z_][\w.]*\s*\]\s*\[\s*\d+\s*\])
+      (?P<punct>[()\[\]{},;:.?]|=(?!>))
+    | (?P<graph>%[0-9]+(?![A-Za-z0-9_]))
     | (?P<local>%[A-Za-z0-9_]+)
-    | (?P<global>@[A-Za-z0-9_][\w.]*)
     | (?P<float>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?:f16|f32|f64|f)?|-?\d+(?:f16|f32|f64|f)|-?inff|nanf)
     | (?P<int>-?\d+(?:i8|i16|i32|i64|u8|u16|u32|u64)?)
-    | (?P<string>"(?:[^"\\\n]|\\.)*")
-    | (?P<badstring>")
+    | (?P<meta>meta\s*\[\s*[A-Za-z_][\w.]*\s*\]\s*\[\s*\d+\s*\])
     | (?P<pmatch>match\?)
     | (?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+    | (?P<global>@[A-Za-z0-9_][\w.]*)
     | (?P<arrow>->)
     | (?P<fatarrow>=>)
-    | (?P<punct>[()\[\]{},;:=.?])
+    | (?P<string>"(?:[^"\\\n]|\\.)*")
+    | (?P<version>\#\[version\s*=\s*"[^"\n]*"\])
+    | (?P<badcomment>/\*)
+    | (?P<badstring>")
     | (?P<end>\Z)
     | (?P<error>.)
     )
@@ -101,6 +110,17 @@ _KEYWORDS = frozenset(
         "False",
     }
 )
+# A token whose text is a keyword or a punctuation mark has that text as its
+# kind; the end of input (the only empty token) is EOF. Every other token's
+# kind is its group name.
+_KIND_BY_TEXT = {word: word for word in _KEYWORDS} | {mark: mark for mark in "()[]{},;:=.?"} | {"": "eof"}
+_bisect_right = bisect.bisect_right
+_LAST_GROUP = operator.attrgetter("lastgroup")
+_LEX_ERRORS = {
+    "badcomment": "unterminated /* comment",
+    "badstring": "unterminated string literal",
+    "error": "unexpected character",
+}
 _DTYPE_RE = re.compile(r"(?:u?int|float|bfloat|bool)\d*(?:x\d+)?$")
 _INT_SUFFIX = {
     "": "int32",
@@ -193,34 +213,29 @@ class _Parser:
     # ---------------------------------------------------------------- lexing
 
     def _tokenize(self) -> None:
-        kinds, values, starts = self.kinds, self.values, self.starts
-        keywords = _KEYWORDS
-        for m in _TOKEN_RE.finditer(self.text):
-            group: str = m.lastgroup  # type: ignore[assignment]  # every alternative is a named group
-            if group == "end":
-                break
-            kind = group
-            value = m.group(group)
-            if kind == "ident":
-                if value in keywords:
-                    kind = value
-            elif kind == "punct":
-                kind = value
-            elif kind == "local":
-                if value[1:].isdigit():
-                    kind = "graph"
-            elif kind == "badcomment":
-                self._fail_at(m.start(group), "unterminated /* comment")
-            elif kind == "badstring":
-                self._fail_at(m.start(group), "unterminated string literal")
-            elif kind == "error":
-                self._fail_at(m.start(group), f"unexpected character {value!r}")
-            kinds.append(kind)
-            values.append(value)
-            starts.append(m.start(group))
+        # map() over C methods: no bytecode runs per token outside the regex.
+        matches = list(_TOKEN_RE.finditer(self.text))
+        groups = list(map(_LAST_GROUP, matches))
+        values = list(map(re.Match.__getitem__, matches, groups))
+        starts = list(map(re.Match.start, matches, groups))
+        kinds = cast(list[str], list(map(_KIND_BY_TEXT.get, values, groups)))  # every token has a kind
+        # The last match is always the end of input (`\Z`), kind EOF, at len(text);
+        # after trailing whitespace finditer finds it twice (once with the
+        # whitespace, once empty), so keep one.
+        if len(kinds) > 1 and kinds[-2] == EOF:
+            del kinds[-1], values[-1], starts[-1]
+        if not _LEX_ERRORS.keys().isdisjoint(kinds):
+            for index, kind in enumerate(kinds):
+                if kind in _LEX_ERRORS:
+                    message = _LEX_ERRORS[kind]
+                    if kind == "error":
+                        message = f"{message} {values[index]!r}"
+                    self._fail_at(starts[index], message)
+        # One more EOF past the end, so one token of lookahead needs no bounds check.
         kinds.append(EOF)
         values.append("")
         starts.append(len(self.text))
+        self.kinds, self.values, self.starts = kinds, values, starts
 
     # ---------------------------------------------------------------- positions
 
@@ -230,11 +245,20 @@ class _Parser:
 
     def _span_from(self, first: int) -> Span:
         """The span from token `first` to the last consumed token."""
-        last = max(first, self.pos - 1)
-        line, col = self._line_col(self.starts[first])
+        # _line_col inlined: this runs for most nodes.
+        last = max(self.pos - 1, first)
+        line_starts = self.line_starts
+        start = self.starts[first]
+        line = _bisect_right(line_starts, start)
         end = self.starts[last] + len(self.values[last])
-        end_line, end_col = self._line_col(end)
-        return Span(self.source, line, col, end_line, end_col)
+        end_line = _bisect_right(line_starts, end)
+        return Span(
+            self.source,
+            line,
+            start - line_starts[line - 1] + 1,
+            end_line,
+            end - line_starts[end_line - 1] + 1,
+        )
 
     def _token_span(self, index: int) -> Span:
         start = self.starts[index]
@@ -297,19 +321,17 @@ class _Parser:
         self.env.setdefault(name, []).append(var)
         self.frames[-1].append(name)
 
-    def _separated(
-        self, close: str, item: Callable[[], Any], stop: Callable[[], bool] | None = None
-    ) -> list[Any]:
+    def _separated(self, close: str, item: Callable[[], Any]) -> list[Any]:
         """Items separated by commas up to `close` (consumed); trailing comma allowed."""
         items: list[Any] = []
-        while not self.accept(close):
-            if stop is not None and stop():
-                self.expect(close)
-                break
+        kinds = self.kinds
+        while kinds[self.pos] != close:
             items.append(item())
-            if not self.accept(","):
+            if kinds[self.pos] != ",":
                 self.expect(close, f"`,` or `{close}`")
-                break
+                return items
+            self.pos += 1
+        self.pos += 1
         return items
 
     # ---------------------------------------------------------------- module
@@ -579,7 +601,7 @@ class _Parser:
                 if name == "Tensor":
                     self.expect("[", "`[` after Tensor")
                     self.expect("(", "`(` to open the shape")
-                    shape = self._separated(")", self._dim)
+                    shape = self._shape()
                     self.expect(",", "`,` and a dtype")
                     dtype = self._dtype()
                     self.expect("]", "`]` to close the tensor type")
@@ -611,6 +633,25 @@ class _Parser:
         if not _DTYPE_RE.match(name) and name not in ("handle", "void"):
             self._fail(f"unknown dtype `{name}`", index)
         return name
+
+    def _shape(self) -> list[A.Dim]:
+        """Dimensions up to `)` (consumed): `_separated(")", self._dim)` with
+        plain decimal dimensions, nearly all of them, read in the loop."""
+        kinds, values = self.kinds, self.values
+        shape: list[A.Dim] = []
+        while kinds[self.pos] != ")":
+            value = values[self.pos]
+            if kinds[self.pos] == "int" and value.isdecimal():
+                shape.append(int(value))
+                self.pos += 1
+            else:
+                shape.append(self._dim())
+            if kinds[self.pos] != ",":
+                self.expect(")", "`,` or `)`")
+                return shape
+            self.pos += 1
+        self.pos += 1
+        return shape
 
     def _dim(self) -> A.Dim:
         kind = self.peek()
@@ -749,21 +790,33 @@ class _Parser:
     def _call(self) -> A.Expr:
         start = self.pos
         expr = self._atom()
-        while self.peek() == "(":
+        kinds, values = self.kinds, self.values
+        while kinds[self.pos] == "(":
             self.pos += 1
             self._enter()
             try:
                 args: list[A.Expr] = []
                 attrs: list[tuple[str, Any]] | None = None
-                while not self.accept(")"):
-                    if self.peek() == "ident" and self.peek(1) == "=":
+                while kinds[self.pos] != ")":
+                    kind = kinds[self.pos]
+                    after = kinds[self.pos + 1]
+                    if kind == "ident" and after == "=":
                         attrs = self._attrs(")")
                         self.expect(")")
                         break
-                    args.append(self._seq())
-                    if not self.accept(","):
+                    if (kind == "graph" or kind == "local") and (after == "," or after == ")"):
+                        # A plain variable, as most arguments are: what _seq would
+                        # return for it, without its scope and loop.
+                        args.append(self._variable(kind, values[self.pos], self.pos))
+                        self.pos += 1
+                    else:
+                        args.append(self._seq())
+                    if kinds[self.pos] != ",":
                         self.expect(")", "`,` or `)` in the argument list")
                         break
+                    self.pos += 1
+                else:
+                    self.pos += 1
             finally:
                 self._leave()
             call_attrs = None
@@ -774,24 +827,28 @@ class _Parser:
             expr = A.Call(expr, tuple(args), call_attrs, span=self._span_from(start))
         if isinstance(expr, A.Constructor):
             expr = A.Call(expr, (), span=self._span_from(start))
-        if self.peek() in ("+", "*", "/") or (self.peek() == "int" and self.values[self.pos].startswith("-")):
+        # (`+`, `*` and `/` never get here: the lexer rejects them.)
+        if kinds[self.pos] == "int" and values[self.pos].startswith("-"):
             self._fail("binary operators are not supported; write add(a, b), multiply(a, b), ...")
         return expr
+
+    def _variable(self, kind: str, value: str, index: int) -> A.Expr:
+        """What a `graph` or `local` token at `index` refers to."""
+        if kind == "local":
+            return self._lookup_local(value[1:], index)
+        found = self.graph.get(int(value[1:]))
+        if found is None:
+            self._fail(f"graph variable {value} is used before it is defined", index)
+        return found
 
     def _atom(self) -> A.Expr:
         start = self.pos
         kind = self.peek()
         value = self.values[start]
         expr: A.Expr
-        if kind == "local":
+        if kind == "local" or kind == "graph":
             self.pos += 1
-            expr = self._lookup_local(value[1:], start)
-        elif kind == "graph":
-            self.pos += 1
-            found = self.graph.get(int(value[1:]))
-            if found is None:
-                self._fail(f"graph variable {value} is used before it is defined", start)
-            expr = found
+            expr = self._variable(kind, value, start)
         elif kind == "global":
             self.pos += 1
             expr = self._global(value[1:])
@@ -906,6 +963,8 @@ class _Parser:
 
 
 def _int_literal(text: str) -> tuple[int, str]:
+    if text.isdecimal():  # no sign, no suffix: the common case
+        return int(text), "int32"
     m = re.fullmatch(r"(-?\d+)(\w*)", text)
     assert m is not None
     return int(m.group(1)), _INT_SUFFIX[m.group(2)]
@@ -927,10 +986,3 @@ def _unquote(text: str) -> str:
         return body
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
-
-def _attrs_type_key(op_name: str) -> str | None:
-    try:
-        from .op_attrs import attrs_type_key
-    except ImportError:
-        return None
-    return attrs_type_key(op_name)
