@@ -82,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print devices of globals and inserted copies on stderr"
     )
     p.add_argument(
+        "--why",
+        metavar="SELECTOR",
+        action="append",
+        default=[],
+        help='why is it on that device? e.g. \'{"node": 12}\', \'{"at": "3:8"}\', \'{"op": "nn.dense"}\' '
+        "(repeatable; answers on stderr)",
+    )
+    p.add_argument(
+        "--why-format", choices=("text", "json"), default="text", help="format of the --why answers"
+    )
+    p.add_argument(
+        "--picture", metavar="FILE.svg", help="also write a picture of the placement (needs Graphviz dot)"
+    )
+    p.add_argument(
         "--z3-check",
         action="store_true",
         help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
@@ -255,6 +269,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
             raise UsageError(f"--constraint: {_first_error(err)}") from None
     if args.timeout_ms <= 0:
         raise UsageError("--timeout-ms: must be a positive number of milliseconds")
+    why = tuple(_parse_selector(text) for text in args.why)
     module, name = _read_input(args.input)
     return PlanJob(
         module=module,
@@ -268,7 +283,24 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         output_format=args.output_format,
         explain=args.explain,
         name=name,
+        why=why,
+        picture={} if args.picture else None,
     )
+
+
+def _parse_selector(text: str) -> dict[str, Any]:
+    """A --why selector: the JSON of a request's `why` entry."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.models import Selector
+
+    raw = _load_json(text, "--why")
+    try:
+        selector: Any = TypeAdapter(Selector).validate_python(raw)
+    except ValidationError as err:
+        raise UsageError(f"--why: {_first_error(err)}") from None
+    out: dict[str, Any] = selector.model_dump(exclude_none=True)
+    return out
 
 
 _BYTE_UNITS = {
@@ -377,10 +409,38 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     except PlanFailure as failure:
         sys.stderr.write(failure.report.rstrip("\n") + "\n")
         return kind_of(failure.kind).exit_code
+    if args.picture and outcome.picture is not None:
+        from service.picture import PictureUnavailable, render_svg
+
+        try:
+            svg = render_svg(outcome.picture["dot"])
+        except PictureUnavailable as err:
+            raise UsageError(f"--picture: {err} (apt-get install graphviz)") from None
+        _write_output(svg, args.picture)
     _write_output(outcome.module, args.output)
     if args.explain and outcome.explanation:
         sys.stderr.write("\n".join(outcome.explanation) + "\n")
+    if outcome.why is not None:
+        sys.stderr.write(_why_text(outcome.why, args.why_format))
     return EXIT_OK
+
+
+def _why_text(results: list[dict[str, Any]], fmt: str) -> str:
+    """The --why answers: one block per answer, or one JSON document."""
+    from solver.why import answer_lines
+
+    if fmt == "json":
+        return json.dumps(results, indent=2) + "\n"
+    blocks = []
+    for res in results:
+        head = f"why {json.dumps(res['selector'])}: {res['matches']} match(es)"
+        if res["truncated"]:
+            head += f", the first {len(res['answers'])} answered"
+        lines = [head]
+        for a in res["answers"]:
+            lines.extend(answer_lines(a, "  "))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
 
 
 # --------------------------------------------------------------------------

@@ -357,13 +357,19 @@ class Answer:
 
     def text(self) -> str:
         """The answer as a block of text (the CLI's stderr form)."""
-        where = f" at {self.line}:{self.column}" if self.line is not None else ""
-        lines = [f"node {self.node} {self.expression}{where}: on {self.device}"]
-        for i, s in enumerate(self.chain, 1):
-            loc = f"{s.line}:{s.column}" if s.line is not None else "?"
-            lines.append(f"  {i}. {loc} {s.kind}: {s.message}")
-        lines.append(f"  decided by {self.reason}: {self.message}")
-        return "\n".join(lines)
+        return "\n".join(answer_lines(self.to_json()))
+
+
+def answer_lines(answer: Mapping[str, Any], indent: str = "") -> list[str]:
+    """An answer (its JSON form) as lines of text: the expression and device,
+    the numbered chain, what decided it."""
+    where = f" at {answer['line']}:{answer['column']}" if answer.get("line") is not None else ""
+    lines = [f"{indent}node {answer['node']} {answer['expression']}{where}: on {answer['device']}"]
+    for i, step in enumerate(answer["chain"], 1):
+        loc = f"{step['line']}:{step['column']}" if step.get("line") is not None else "?"
+        lines.append(f"{indent}  {i}. {loc} {step['kind']}: {step['message']}")
+    lines.append(f"{indent}  decided by {answer['reason']}: {answer['message']}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -611,7 +617,9 @@ class Explainer:
             f"no annotation, pin, host operator or attribute reaches it ({len(comp)} element(s) "
             f"share its device); TVM's defaulting walk gave it the default device {device_name(vd)}"
         )
-        chain.append(self._step(end, None, cid, msg))
+        chain.append(
+            self._step(end, None, cid, f"TVM's defaulting walk: the default device {device_name(vd)}")
+        )
         return chain, "default", msg, None
 
     def _agreeing(self, elem: int, adj: list[list[tuple[int, int]]], cid: int) -> tuple[int, ...]:
