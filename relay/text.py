@@ -39,6 +39,7 @@ recursive and limited to `MAX_NESTING` levels, past which a ParseError says so.
 from __future__ import annotations
 
 import bisect
+import gc
 import operator
 import re
 import sys
@@ -122,6 +123,10 @@ _LEX_ERRORS = {
     "error": "unexpected character",
 }
 _DTYPE_RE = re.compile(r"(?:u?int|float|bfloat|bool)\d*(?:x\d+)?$")
+# Dtypes that _DTYPE_RE accepts, known without running it.
+_COMMON_DTYPES = frozenset(
+    f"{base}{bits}" for base in ("float", "int", "uint") for bits in (8, 16, 32, 64)
+) | {"bool", "bfloat16"}
 _INT_SUFFIX = {
     "": "int32",
     "i8": "int8",
@@ -161,8 +166,15 @@ def parse_text(
             tables.setdefault(kind, []).extend(entries)
     if virtual_devices:
         tables.setdefault("VirtualDevice", []).extend(virtual_devices)
-    parser = _Parser(source, head, tables, has_section)
-    return parser.parse_module()
+    # Everything the parser allocates lives as long as the module: the cyclic
+    # collector would only rescan it (as in solver.plan).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Parser(source, head, tables, has_section).parse_module()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _split_metadata(text: str, source: SourceText) -> tuple[str, dict[str, list[Any]], bool]:
@@ -231,7 +243,8 @@ class _Parser:
                     if kind == "error":
                         message = f"{message} {values[index]!r}"
                     self._fail_at(starts[index], message)
-        # One more EOF past the end, so one token of lookahead needs no bounds check.
+        # One more EOF past the end, so `kinds[pos + 1]` (one token of lookahead
+        # past a token that is not EOF) needs no bounds check.
         kinds.append(EOF)
         values.append("")
         starts.append(len(self.text))
@@ -284,10 +297,6 @@ class _Parser:
 
     # ---------------------------------------------------------------- token helpers
 
-    def peek(self, ahead: int = 0) -> str:
-        index = self.pos + ahead
-        return self.kinds[index] if index < len(self.kinds) else EOF
-
     def accept(self, kind: str) -> bool:
         if self.kinds[self.pos] == kind:
             self.pos += 1
@@ -337,7 +346,7 @@ class _Parser:
     # ---------------------------------------------------------------- module
 
     def parse_module(self) -> A.Module:
-        if self.peek() == "version":
+        if self.kinds[self.pos] == "version":
             version = self.values[self.pos]
             if '"0.0.5"' not in version:
                 self._fail(
@@ -348,7 +357,7 @@ class _Parser:
         type_defs: list[A.TypeData] = []
         defined: set[str] = set()
         while True:
-            kind = self.peek()
+            kind = self.kinds[self.pos]
             if kind == "def":
                 start = self.pos
                 self.pos += 1
@@ -360,14 +369,14 @@ class _Parser:
                 gv = self._global(name)
                 func = self._function_rest(start)
                 functions.append((gv, func))
-            elif kind == "type" or (kind == "extern" and self.peek(1) == "type"):
+            elif kind == "type" or (kind == "extern" and self.kinds[self.pos + 1] == "type"):
                 type_defs.append(self._type_def())
             else:
                 break
         expr = None
-        if self.peek() != EOF:
+        if self.kinds[self.pos] != EOF:
             expr = self._seq()
-        if self.peek() != EOF:
+        if self.kinds[self.pos] != EOF:
             self._fail(f"expected a definition or the end of input, found {self._describe(self.pos)}")
         for name, gv in self.globals.items():
             if name not in defined and expr is None:
@@ -437,7 +446,7 @@ class _Parser:
             params: list[A.Var] = []
             attrs: list[tuple[str, Any]] = []
             while not self.accept(")"):
-                if self.peek() == "ident" and self.peek(1) == "=":
+                if self.kinds[self.pos] == "ident" and self.kinds[self.pos + 1] == "=":
                     attrs = self._attrs(")")
                     self.expect(")", "`)` to close the parameter list")
                     break
@@ -498,7 +507,7 @@ class _Parser:
         """`key=value` pairs separated by commas, up to (not including) `close`."""
         out: list[tuple[str, Any]] = []
         seen: set[str] = set()
-        while self.peek() == "ident" and self.peek(1) == "=":
+        while self.kinds[self.pos] == "ident" and self.kinds[self.pos + 1] == "=":
             index = self.pos
             key = self.values[self.pos]
             self.pos += 2
@@ -508,12 +517,12 @@ class _Parser:
             out.append((key, self._attr_value()))
             if not self.accept(","):
                 break
-        if self.peek() != close:
+        if self.kinds[self.pos] != close:
             self._fail(f"expected an attribute `name=value` or `{close}`, found {self._describe(self.pos)}")
         return out
 
     def _attr_value(self) -> Any:
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         index = self.pos
         value = self.values[index]
         if kind == "int":
@@ -569,7 +578,7 @@ class _Parser:
 
     def _type(self) -> A.Type:
         start = self.pos
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         self._enter()
         try:
             if kind == "(":
@@ -599,12 +608,28 @@ class _Parser:
                 name = self.values[self.pos]
                 self.pos += 1
                 if name == "Tensor":
-                    self.expect("[", "`[` after Tensor")
-                    self.expect("(", "`(` to open the shape")
+                    # The expects below, checked in one go for the usual spelling
+                    # `Tensor[(d, ...), float32]` (every parameter has one).
+                    kinds, values = self.kinds, self.values
+                    if kinds[self.pos] == "[" and kinds[self.pos + 1] == "(":
+                        self.pos += 2
+                    else:
+                        self.expect("[", "`[` after Tensor")
+                        self.expect("(", "`(` to open the shape")
                     shape = self._shape()
-                    self.expect(",", "`,` and a dtype")
-                    dtype = self._dtype()
-                    self.expect("]", "`]` to close the tensor type")
+                    pos = self.pos
+                    if (
+                        kinds[pos] == ","
+                        and kinds[pos + 1] == "ident"
+                        and kinds[pos + 2] == "]"
+                        and values[pos + 1] in _COMMON_DTYPES
+                    ):
+                        dtype = values[pos + 1]
+                        self.pos = pos + 3
+                    else:
+                        self.expect(",", "`,` and a dtype")
+                        dtype = self._dtype()
+                        self.expect("]", "`]` to close the tensor type")
                     return A.TensorType(tuple(shape), dtype, span=self._span_from(start))
                 if name == "_":
                     return A.IncompleteType(span=self._span_from(start))
@@ -654,7 +679,7 @@ class _Parser:
         return shape
 
     def _dim(self) -> A.Dim:
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         index = self.pos
         self.pos += 1
         if kind == "int":
@@ -677,8 +702,8 @@ class _Parser:
         self._push_scope()
         try:
             while True:
-                kind = self.peek()
-                if kind == "graph" and self.peek(1) == "=":
+                kind = self.kinds[self.pos]
+                if kind == "graph" and self.kinds[self.pos + 1] == "=":
                     index = self.pos
                     number = int(self.values[index][1:])
                     self.pos += 2
@@ -721,7 +746,7 @@ class _Parser:
         return body
 
     def _single(self) -> A.Expr:
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         start = self.pos
         if kind == "{":
             self.pos += 1
@@ -757,7 +782,7 @@ class _Parser:
 
     def _pattern(self) -> A.Pattern:
         start = self.pos
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         self._enter()
         try:
             if kind == "ident" and self.values[start] == "_":
@@ -843,7 +868,7 @@ class _Parser:
 
     def _atom(self) -> A.Expr:
         start = self.pos
-        kind = self.peek()
+        kind = self.kinds[self.pos]
         value = self.values[start]
         expr: A.Expr
         if kind == "local" or kind == "graph":
@@ -939,7 +964,7 @@ class _Parser:
                 self._leave()
         else:
             self._fail(f"expected an expression, found {self._describe(start)}")
-        if self.peek() == "." and self.peek(1) == "int":
+        if self.kinds[self.pos] == "." and self.kinds[self.pos + 1] == "int":
             self.pos += 1
             index_token = self.pos
             self.pos += 1
@@ -985,4 +1010,3 @@ def _unquote(text: str) -> str:
     if "\\" not in body:
         return body
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
-
