@@ -451,6 +451,13 @@ def _collapse(
     return {k: find(k) for k in nodes}
 
 
+def _colors(names: Sequence[str]) -> dict[str, str]:
+    """A fill color per device: cpu and cuda always the same two, others in name order."""
+    fixed = {"cpu": _PALETTE[0], "cuda": _PALETTE[1]}
+    rest = iter(_PALETTE[2:] * (1 + len(names) // max(1, len(_PALETTE) - 2)))
+    return {d: fixed[d] if d in fixed else next(rest) for d in names}
+
+
 def _emit(
     nodes: dict[str, _Node],
     edges: list[tuple[str, str, int | None]],
@@ -461,7 +468,7 @@ def _emit(
     marked: set[int],
 ) -> Picture:
     names = sorted({n.device for n in nodes.values()}, key=lambda d: (d != "cpu", d))
-    legend = {d: _PALETTE[i % len(_PALETTE)] for i, d in enumerate(names)}
+    legend = _colors(names)
     dev_index = {d: i for i, d in enumerate(names)}
     members: dict[str, list[_Node]] = {}
     for k, n in nodes.items():

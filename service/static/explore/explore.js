@@ -79,7 +79,7 @@ async function plan() {
     showAnswers(result.why || []);
     showPins();
     setStatus("Planned: " + Object.entries(result.summary.expressions_by_device)
-      .map(([d, n]) => n + " on " + d).join(", ") + "; " + result.summary.device_copies.length + " cop"
+      .map(([d, n]) => n + " expressions on " + d).join(", ") + "; " + result.summary.device_copies.length + " cop"
       + (result.summary.device_copies.length === 1 ? "y" : "ies") + ".");
   } catch (err) {
     setStatus(err.message, true);
@@ -89,7 +89,8 @@ async function plan() {
 function showPicture(svgText) {
   const pic = $("picture");
   pic.innerHTML = svgText.replace(/^<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>\s*)?/, "");
-  state.legend = {};
+  // cpu and cuda keep their colors across plans (as service/picture.py draws them).
+  state.legend = { cpu: "#9ecae1", cuda: "#a1d99b" };
   for (const g of pic.querySelectorAll("g.legend-entry")) {
     const name = g.querySelector("text") ? g.querySelector("text").textContent : "";
     const shape = g.querySelector("path, polygon");
@@ -185,7 +186,7 @@ function showSummary(result) {
     [el("span", {}, el("span", { class: "swatch", style: "background:" + (state.legend[d] || "#fff") }), d),
       n + " expressions"])));
   for (const [name, f] of Object.entries(s.functions)) {
-    sum.append(el("div", {}, el("code", {}, "@" + name), " result on " + f.result));
+    sum.append(el("div", {}, el("code", {}, name.startsWith("@") ? name : "@" + name), " result on " + f.result));
   }
   const copies = $("copies");
   copies.className = s.device_copies.length ? "" : "muted";
@@ -235,3 +236,4 @@ $("upload").addEventListener("change", async (ev) => {
 });
 $("module").addEventListener("input", () => { state.pins = []; state.why = []; state.expand = []; });
 document.addEventListener("click", (ev) => { if (!$("menu").contains(ev.target)) hideMenu(); });
+window.explorerReady = true;
