@@ -313,3 +313,32 @@ def test_host_rule_answer() -> None:
     assert shape_calls
     answer = _answer(module, {"node": shape_calls[0]})
     assert answer.reason == "host rule" and answer.device == "cpu"
+
+
+def test_optimize_mode_answers_with_the_cost_reason() -> None:
+    from service.examples import HEAD_PINS, SMALL_CNN
+
+    module = relay.parse_text(SMALL_CNN)
+    config = solver.PlanConfig(
+        default_device="cuda",
+        host_device="cpu",
+        mode="optimize",
+        constraints=tuple(HEAD_PINS),
+        op_support={"cpu": ["nn.conv2d"]},
+    )
+    result = solver.plan(module, config, why=[{"op": "nn.conv2d", "index": 0}, {"op": "nn.dense"}])
+    conv = result.why[0].answers[0]
+    assert conv.device == "cuda" and conv.reason == "cost" and conv.cost is not None
+    assert conv.cost["chosen"] == "cuda"
+    assert conv.cost["forbidden"] == {"cpu": "operator support"}
+    assert conv.cost["predicted_ms"]["cuda"] > 0 and "cpu" not in conv.cost["predicted_ms"]
+    assert "optimize mode chose cuda" in conv.message
+    # Without the support rule the other device is priced, and is slower.
+    free = dataclasses.replace(config, op_support={})
+    conv = solver.plan(module, free, why=[{"op": "nn.conv2d", "index": 0}]).why[0].answers[0]
+    assert conv.cost is not None
+    times = conv.cost["predicted_ms"]
+    assert set(times) == {"cpu", "cuda"} and times["cuda"] < times["cpu"]
+    # A pinned operator is decided by its pin, as in the TVM mode.
+    dense = result.why[1].answers[0]
+    assert (dense.device, dense.reason) == ("cpu", "request pin")
