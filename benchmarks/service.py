@@ -1,4 +1,4 @@
-"""POST /plan throughput and latency, and the HTTP overhead over a direct plan.
+"""POST /plan throughput and latency, and where the time of one plan goes.
 
     .venv/bin/python benchmarks/service.py                  # starts its own server
     .venv/bin/python benchmarks/service.py --url http://127.0.0.1:8000 --duration 5
@@ -6,12 +6,17 @@
 For a small module and resnet-50, at concurrency 1, 8 and 32, a load generator
 in a separate process (asyncio + httpx over loopback) keeps that many requests
 in flight for --duration seconds and records every latency. Prints a Markdown
-table: requests/s, p50, p99, errors. Then the same small module is planned
-directly in this process (parse + solver.plan + print, and solver.plan alone)
-to show what HTTP, JSON and the worker hop add.
+table: requests/s, p50, p99, errors, and the load average when the cell ended.
+
+Then, per module, the same plan in this process split into its steps (parse,
+verify, plan, print: medians of interleaved runs), the worker's own time as
+the responses report it, and what HTTP, JSON and the worker hop add on top
+(the /plan p50 at concurrency 1 minus the worker's p50).
 
 The load generator shares the machine with the server: on a 2-core box its own
 CPU use lowers the server's numbers a little; that is part of what is measured.
+Other processes on the machine move every number: compare runs only at a
+similar load average, which is printed with each row.
 """
 
 from __future__ import annotations
@@ -137,9 +142,18 @@ def start_server(pool_size: int | None) -> tuple[subprocess.Popen[bytes], str]:
 # --------------------------------------------------------------------------
 # Direct planning
 
+STEPS = ("parse", "verify", "plan", "print")
 
-def direct_ms(module: str, repeat: int) -> tuple[float, float]:
-    """Median ms of (parse + plan + print) and of solver.plan alone, in this process."""
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def steps_ms(module: str, repeat: int) -> dict[str, float]:
+    """Median ms of each step of a plan in this process (as a worker runs them:
+    relay.parse_text, relay.verify, solver.plan, relay.print_text), and of
+    service.planning.run_plan, which does all four; runs are interleaved so
+    machine load hits every step alike."""
     import relay
     import solver
     from service.planning import PlanJob, run_plan
@@ -147,20 +161,25 @@ def direct_ms(module: str, repeat: int) -> tuple[float, float]:
 
     tune_malloc()  # as in the service's workers, so both sides allocate alike
     job = PlanJob(module=module)
-    parsed = relay.parse_text(module)
     config = solver.PlanConfig()
-    run_plan(job)
-    solver.plan(parsed, config)
-    full, only = [], []
-    for _ in range(repeat):  # interleaved, so machine load hits both alike
+    run_plan(job)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in (*STEPS, "run_plan")}
+    for _ in range(repeat):
         t0 = time.perf_counter()
-        run_plan(job)
+        parsed = relay.parse_text(module)
         t1 = time.perf_counter()
-        solver.plan(parsed, config)
+        relay.verify(parsed)
         t2 = time.perf_counter()
-        full.append((t1 - t0) * 1000)
-        only.append((t2 - t1) * 1000)
-    return statistics.median(full), statistics.median(only)
+        result = solver.plan(parsed, config)
+        t3 = time.perf_counter()
+        relay.print_text(result.module)
+        t4 = time.perf_counter()
+        run_plan(job)
+        t5 = time.perf_counter()
+        for name, a, b in zip((*STEPS, "run_plan"), (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
+            times[name].append((b - a) * 1000)
+        del parsed, result  # freed here, not inside the next parse
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def main() -> int:
@@ -172,6 +191,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated levels (default 1,8,32)")
     parser.add_argument("--pool-size", type=int, help="DEVPLAN_POOL_SIZE for the started server")
     parser.add_argument("--only", choices=("small", "resnet-50"), help="benchmark one module only")
+    parser.add_argument("--repeat", type=int, default=30, help="in-process runs per module (default 30)")
     args = parser.parse_args()
 
     from service.examples import PLAIN
@@ -185,54 +205,41 @@ def main() -> int:
 
     if args.only:
         modules = {k: v for k, v in modules.items() if k.startswith(args.only)}
+    levels = [int(x) for x in args.concurrency.split(",")]
     proc = None
     url = args.url
     if url is None:
         proc, url = start_server(args.pool_size)
+    # Per module: {concurrency: (p50, p99)} and the worker's own p50 at concurrency 1.
+    latency: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in modules}
+    worker_p50: dict[str, float] = {}
     try:
         import httpx
 
         ready = httpx.get(url + "/readyz", timeout=30).json()
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(
             f"server {url}, pool {ready.get('pool')}, {os.cpu_count()} CPUs, "
-            f"load average {load:.1f} at start, {args.duration} s per cell\n"
+            f"load average {load_average():.1f} at start, {args.duration} s per cell\n"
         )
-        print("| module | concurrency | requests | req/s | p50 ms | p99 ms | errors |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
-        small_p50_c1 = None
-        small_worker_c1 = None
+        print("| module | concurrency | requests | req/s | p50 ms | p99 ms | errors | load |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         for name, module in modules.items():
             body = {"module": module}
             run_load(url, body, 2, 1.0, 4)  # warm-up (worker caches, connections)
-            for c in (int(x) for x in args.concurrency.split(",")):
+            for c in levels:
                 res = run_load(url, body, c, args.duration, min_requests=2 * c)
                 lat = [x * 1000 for x in res["latencies"]]
                 rps = len(lat) / res["wall_s"] if res["wall_s"] > 0 else 0.0
                 errors = ", ".join(f"{k}: {v}" for k, v in res["errors"].items()) or "0"
-                p50 = percentile(lat, 50)
-                if name.startswith("small") and c == 1:
-                    small_p50_c1 = p50
-                    small_worker_c1 = percentile(res["worker_ms"], 50)
+                p50, p99 = percentile(lat, 50), percentile(lat, 99)
+                latency[name][c] = (p50, p99)
+                if c == 1:
+                    worker_p50[name] = percentile(res["worker_ms"], 50)
                 print(
-                    f"| {name} | {c} | {len(lat)} | {rps:.1f} | {p50:.1f} | {percentile(lat, 99):.1f} | {errors} |",
+                    f"| {name} | {c} | {len(lat)} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {errors} "
+                    f"| {load_average():.1f} |",
                     flush=True,
                 )
-        full_ms, plan_ms = direct_ms(PLAIN, 100)
-        print()
-        print("| small module | ms |")
-        print("| --- | ---: |")
-        print(f"| direct solver.plan in this process, median of 100 | {plan_ms:.2f} |")
-        print(f"| direct parse + plan + print in this process, median of 100 | {full_ms:.2f} |")
-        if small_p50_c1 is not None and small_worker_c1 is not None:
-            print(f"| POST /plan p50 at concurrency 1 (client side) | {small_p50_c1:.2f} |")
-            print(
-                f"| parse + plan + print inside the worker, p50 of the same requests | {small_worker_c1:.2f} |"
-            )
-            print(
-                f"| HTTP + JSON + worker hop (difference of the two above) | {small_p50_c1 - small_worker_c1:.2f} |"
-            )
-            print(f"| POST /plan p50 minus direct solver.plan | {small_p50_c1 - plan_ms:.2f} |")
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -240,6 +247,24 @@ def main() -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+    print()
+    print(f"Per module: steps in this process (median of {args.repeat}), then over HTTP.")
+    print()
+    cells = [f"/plan p50, p99 at c={c}" for c in levels]
+    print(
+        "| module | parse ms | verify ms | plan ms | print ms | run_plan ms | worker p50 ms "
+        "| HTTP + hop ms | " + " | ".join(cells) + " | load |"
+    )
+    print("| --- " + "| ---: " * (8 + len(levels)) + "|")
+    for name, module in modules.items():
+        steps = steps_ms(module, args.repeat)
+        worker = worker_p50.get(name, float("nan"))
+        c1 = latency[name].get(1, (float("nan"), float("nan")))[0]
+        row = [f"{steps[s]:.2f}" for s in (*STEPS, "run_plan")]
+        row += [f"{worker:.2f}", f"{c1 - worker:.2f}"]
+        row += [f"{latency[name][c][0]:.1f}, {latency[name][c][1]:.1f}" for c in levels]
+        print(f"| {name} | " + " | ".join(row) + f" | {load_average():.1f} |", flush=True)
     return 0
 
 
