@@ -46,7 +46,7 @@ from relay.ast import (
     Var,
 )
 from relay.traverse import children
-from solver.why import input_roots, node_ids, planned_roots, select
+from solver.why import input_roots, node_ids, planned_roots, select, wrapper_op
 
 MAX_NODES = 250
 """Operators shown one by one; above it, single-device runs collapse."""
@@ -56,7 +56,6 @@ RENDER_TIMEOUT_S = 60.0
 # Fill colors, one per device in the legend's order (cpu first, then by name).
 _PALETTE = ("#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#fde0ef", "#d9d9d9")
 _COPY_COLOR = "#c0392b"
-_WRAPPERS = ("on_device", "device_copy")
 
 
 class PictureUnavailable(Exception):
@@ -85,17 +84,6 @@ def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
 # Copies: where the planned module wraps an input expression in device_copy
 
 
-def _wrapper(expr: Expr) -> str | None:
-    if (
-        isinstance(expr, Call)
-        and isinstance(expr.op, Op)
-        and expr.op.name in _WRAPPERS
-        and len(expr.args) == 1
-    ):
-        return expr.op.name
-    return None
-
-
 def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Expr | None, Expr]]:
     """(input parent, input child) for every device_copy of the planned module:
     the copy sits between that child and that parent."""
@@ -105,19 +93,19 @@ def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Ex
     stack: list[tuple[Expr | None, Expr, Expr]] = [(None, a, b) for a, b in zip(inputs, outputs)]
     while stack:
         parent, a, b = stack.pop()
-        wa = _wrapper(a)
-        while _wrapper(b) is not None and _wrapper(b) != wa:
-            if _wrapper(b) == "device_copy" and id(b) not in counted:
+        wa = wrapper_op(a)
+        while wrapper_op(b) is not None and wrapper_op(b) != wa:
+            if wrapper_op(b) == "device_copy" and id(b) not in counted:
                 counted.add(id(b))
                 sites.append((parent, a))
             b = b.args[0]  # type: ignore[attr-defined]
-        if wa == "device_copy" and _wrapper(b) == "device_copy" and id(b) not in counted:
+        if wa == "device_copy" and wrapper_op(b) == "device_copy" and id(b) not in counted:
             counted.add(id(b))  # an input copy the plan keeps
             sites.append((parent, a))
         if id(a) in seen:
             continue
         seen.add(id(a))
-        if wa is not None and _wrapper(b) != wa:
+        if wa is not None and wrapper_op(b) != wa:
             seen.discard(id(a))
             stack.append((parent, a.args[0], b))  # type: ignore[attr-defined]
             continue
@@ -272,7 +260,7 @@ def build_picture(
         label = ""
         if isinstance(expr, Call):
             if isinstance(expr.op, Op):
-                if expr.op.name in _WRAPPERS:
+                if expr.op.name in ("on_device", "device_copy"):
                     return None
                 kind, label = "op", expr.op.name
             elif isinstance(expr.op, GlobalVar):
@@ -332,7 +320,7 @@ def build_picture(
                 out.append((key, site))
                 continue
             inner: list[Expr] = []
-            if isinstance(e, Call) and _wrapper(e) is not None:
+            if isinstance(e, Call) and wrapper_op(e) is not None:
                 inner = [e.args[0]]
             elif isinstance(e, Tuple):
                 inner = list(e.fields)

@@ -174,7 +174,8 @@ def node_id_of(module: Module) -> dict[int, int]:
 # Input nodes -> the planner's nodes
 
 
-def _wrapper(expr: Expr) -> str | None:
+def wrapper_op(expr: Expr) -> str | None:
+    """ "on_device" or "device_copy" for such a call (one argument), else None."""
     if (
         isinstance(expr, Call)
         and isinstance(expr.op, Op)
@@ -195,17 +196,17 @@ def align(inputs: Sequence[Expr], planned: Sequence[Expr]) -> dict[int, Expr]:
         a, b = stack.pop()
         if id(a) in out:
             continue
-        wa = _wrapper(a)
-        while _wrapper(b) is not None and _wrapper(b) != wa:
+        wa = wrapper_op(a)
+        while wrapper_op(b) is not None and wrapper_op(b) != wa:
             b = b.args[0]  # type: ignore[attr-defined]
-        wb = _wrapper(b)
+        wb = wrapper_op(b)
         if wa is not None and wb != wa:
             out[id(a)] = b  # an input wrapper the planner dropped shows as its body
             stack.append((a.args[0], b))  # type: ignore[attr-defined]
             continue
         if (
             isinstance(a, TupleGetItem)
-            and _wrapper(a.tuple_value) == "on_device"
+            and wrapper_op(a.tuple_value) == "on_device"
             and wb == "on_device"
             and isinstance(b.args[0], TupleGetItem)  # type: ignore[attr-defined]
         ):
@@ -502,7 +503,7 @@ class Explainer:
         target = self.mapping.get(id(node))
         if target is None:
             return None
-        if _wrapper(target) == "on_device":
+        if wrapper_op(target) == "on_device":
             target = target.args[0]  # type: ignore[attr-defined]
         if isinstance(target, (Op, Constructor)):
             return None

@@ -164,15 +164,8 @@ def test_why_over_http(make_client: Any) -> None:
 
 
 def _cli(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", "plan", "-", *args],
-        input=stdin,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    command = [sys.executable, "-m", "service.cli", "plan", "-", *args]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_why_text_and_json(tmp_path: Path) -> None:
