@@ -191,3 +191,20 @@ def test_cli_picture(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     ops, copies, _ = svg_structure(out.read_text())
     assert ops == Counter({"cpu": 1, "cuda": 1}) and copies == 1
+
+
+@needs_dot
+def test_optimize_mode_picture_matches_the_cost_report() -> None:
+    from service.examples import HEAD_PINS, SMALL_CNN
+
+    module = relay.parse_text(SMALL_CNN)
+    config = solver.PlanConfig(
+        default_device="cuda", host_device="cpu", mode="optimize", constraints=tuple(HEAD_PINS)
+    )
+    result, svg = _picture(module, config)
+    assert result.cost is not None
+    ops, copies, _ = svg_structure(svg)
+    assert ops == plan_op_counts(module, result)
+    report = {name: d.operators for name, d in result.cost.per_device.items() if d.operators}
+    assert ops == Counter(report) and set(ops) == {"cpu", "cuda"}
+    assert copies == len(result.copies) >= 1
