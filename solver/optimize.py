@@ -99,27 +99,10 @@ TypeOf = Callable[[Expr], Type | None]
 
 
 def module_types(module: Module) -> tuple[TypeOf, list[Estimate]]:
-    """The type of each expression: `relay.infer_types` when it is available
-    and succeeds, else what the module states (parameter annotations, constant
-    data, checked types). Unknown types come back as None."""
-    notes: list[Estimate] = []
-    infer = getattr(relay, "infer_types", None)
-    if infer is not None:
-        try:
-            types = infer(module, check_annotations=False)
-        except RelayError as err:
-            notes.append(Estimate("unknown type", f"type inference failed: {err}", err.span))
-        else:
-            unknown = getattr(relay, "UNKNOWN", None)
-
-            def inferred(expr: Expr) -> Type | None:
-                try:
-                    ty = types.of(expr)
-                except (KeyError, LookupError):
-                    return stated(expr)
-                return None if ty is unknown or not isinstance(ty, Type) else ty
-
-            return inferred, notes
+    """The type of each expression from `relay.infer_types`; where inference
+    rejects the module (a type error), what the module states (parameter
+    annotations, constant data, checked types), with a note saying so.
+    Unknown types come back as None."""
 
     def stated(expr: Expr) -> Type | None:
         if isinstance(expr, Var):
@@ -128,7 +111,19 @@ def module_types(module: Module) -> tuple[TypeOf, list[Estimate]]:
             return TensorType(tuple(expr.data.shape), expr.data.dtype)
         return expr.checked_type
 
-    return stated, notes
+    try:
+        types = relay.infer_types(module, check_annotations=False)
+    except RelayError as err:
+        return stated, [Estimate("unknown type", f"type inference failed: {err}", err.span)]
+
+    def inferred(expr: Expr) -> Type | None:
+        try:
+            ty = types.of(expr)
+        except KeyError:  # a node made after inference (normalisation, copies)
+            return stated(expr)
+        return None if ty is relay.UNKNOWN else ty
+
+    return inferred, []
 
 
 class Sizes:
