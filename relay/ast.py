@@ -497,13 +497,18 @@ def device_copy_props(expr: Expr) -> DeviceCopyProps | None:
 
 
 _OPS: dict[str, Op] = {}
+_MAX_SHARED_OPS = 2048  # TVM registers about 900 operators; made-up names beyond this are not kept
 
 
 def op(name: str) -> Op:
-    """The shared `Op` node for an operator name."""
+    """The `Op` node for an operator name, shared per name (nothing relies on
+    the sharing: ops compare by name). The table is bounded so that a stream of
+    requests with made-up operator names cannot grow a long-lived worker."""
     found = _OPS.get(name)
     if found is None:
-        found = _OPS[name] = Op(name)
+        found = Op(name)
+        if len(_OPS) < _MAX_SHARED_OPS:
+            _OPS[name] = found
     return found
 
 

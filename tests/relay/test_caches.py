@@ -1,0 +1,19 @@
+"""Process-wide tables in relay/ stay bounded however many distinct requests a
+long-lived worker sees (issue 12: no cache whose bytes grow with traffic)."""
+
+from __future__ import annotations
+
+import relay
+from relay import ast
+
+
+def test_operator_table_is_bounded_over_made_up_names() -> None:
+    relu = relay.op("nn.relu")
+    before = len(ast._OPS)
+    for i in range(ast._MAX_SHARED_OPS + 500):
+        module = relay.parse_text(f"def @main(%x: Tensor[(2), float32]) {{ made_up_op_{i}(%x) }}")
+        call = module.functions[0][1].body
+        assert isinstance(call, ast.Call) and isinstance(call.op, ast.Op)
+        assert call.op.name == f"made_up_op_{i}"
+    assert before <= len(ast._OPS) <= ast._MAX_SHARED_OPS
+    assert relay.op("nn.relu") is relu  # what was shared before the table filled stays shared
