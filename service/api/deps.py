@@ -1,4 +1,8 @@
-"""Dependencies the routes declare with `Annotated[..., Depends(...)]`."""
+"""Dependencies the routes declare with `Annotated[..., Depends(...)]`.
+
+They are `async def` although they only read `app.state`: FastAPI runs a plain
+`def` dependency in its thread pool, a thread hop per dependency per request.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +15,17 @@ from service.metrics import Metrics
 from service.pool import PlanPool
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_pool(request: Request) -> PlanPool:
+async def get_pool(request: Request) -> PlanPool:
     pool: PlanPool = request.app.state.pool
     return pool
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
