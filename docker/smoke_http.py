@@ -105,6 +105,17 @@ def check_docs(base: str) -> str:
     return "swagger ui served"
 
 
+def check_picture(base: str) -> str:
+    """The image carries Graphviz: /plan/picture draws an SVG, and /explore is served."""
+    reply = request(base, "POST", "/plan/picture", {"module": EXAMPLE_MODULE})
+    expect(reply.status == 200, f"/plan/picture answered {reply.status}: {reply.body[:300]!r}")
+    expect(reply.content_type.startswith("image/svg+xml"), f"content type {reply.content_type!r}")
+    expect(b"<svg" in reply.body, "no <svg> element in the picture")
+    page = request(base, "GET", "/explore")
+    expect(page.status == 200, f"/explore answered {page.status}")
+    return f"svg {len(reply.body)} bytes, explore page served"
+
+
 def check_version(base: str, variant: str) -> str:
     reply = request(base, "GET", "/version")
     expect(reply.status == 200, f"/version answered {reply.status}")
@@ -189,6 +200,7 @@ def main(argv: list[str]) -> int:
     check("plan", check_plan, base)
     check("problem", check_problem, base)
     check("docs", check_docs, base)
+    check("picture", check_picture, base)
     check("version", check_version, base, variant)
     if variant == "full":
         check("compile", check_compile, base)
