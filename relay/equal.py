@@ -127,6 +127,10 @@ class _Comparer:
             seen.add(key)
             if type(x) is not type(y) or not self.same_node(x, y):
                 return False
+            if type(x) is A.Call:  # most pairs: their children without `children`
+                stack.extend(zip(reversed(x.args), reversed(y.args)))  # type: ignore[attr-defined]
+                stack.append((x.op, y.op))  # type: ignore[attr-defined]
+                continue
             kx = children(x)
             if kx:
                 stack.extend(zip(reversed(kx), reversed(children(y))))
