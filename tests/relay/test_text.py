@@ -351,3 +351,52 @@ def test_virtual_device_join() -> None:
     assert VirtualDevice(memory_scope="global").join(VirtualDevice(device_type=1)) == VirtualDevice(
         1, None, None, "global"
     )
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "Tensor[(1, 2), float32]",  # TVM's spelling: the lexer reads it as one token
+        "Tensor[(1,2), float32]",
+        "Tensor[ (1, 2) ,float32 ]",
+        "Tensor[(1, 2), float32 /* c */]",
+        "Tensor[(1i32, 2), float32]",
+    ],
+)
+def test_tensor_annotation_spellings_parse_alike(annotation: str) -> None:
+    for sep in (": ", ":", " : ", ": /* c */ "):
+        text = f"def @main(%x{sep}{annotation}) {{ %x }}"
+        ((_, func),) = relay.parse_text(text).functions
+        ty = func.params[0].type_annotation
+        assert isinstance(ty, A.TensorType)
+        assert (ty.shape, ty.dtype) == ((1, 2), "float32")
+        assert ty.span is not None
+        start = text.index("Tensor") + 1
+        assert (ty.span.line, ty.span.column, ty.span.end_column) == (1, start, start + len(annotation))
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "message"),
+    [
+        (
+            "def @main(%x: Tensor[(1), float32]) { %x: Tensor[(1), float32] }",
+            41,
+            "expected `}` to close the function body, found `:`",
+        ),
+        (
+            "def @main(%x: Tensor[(1), float32]) { add(%x, : Tensor[(1), float32]) }",
+            47,
+            "expected an expression, found `:`",
+        ),
+        ("def @main(%x: : Tensor[(1), float32]) { %x }", 15, "expected a type, found `:`"),
+        (
+            "def @main(%x: Tensor[(1), float32]]) { %x }",
+            35,
+            "expected `,` or `)` in the parameter list, found `]`",
+        ),
+    ],
+)
+def test_errors_next_to_tensor_annotations(text: str, column: int, message: str) -> None:
+    with pytest.raises(relay.ParseError) as info:
+        relay.parse_text(text)
+    assert (info.value.line, info.value.column, info.value.message) == (1, column, message)
