@@ -251,7 +251,7 @@ _FULLY_UNCONSTRAINED = VirtualDevice()
 _USUAL_KIND: dict[int, str] = {1: "llvm", 2: "cuda"}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # bounded: the kind comes from user input
 def _standard_attrs(kind: str) -> dict[str, Any] | None:
     """The attributes `parse_target(kind)` fills in, without the empty mtriple."""
     try:

@@ -17,3 +17,13 @@ def test_operator_table_is_bounded_over_made_up_names() -> None:
         assert call.op.name == f"made_up_op_{i}"
     assert before <= len(ast._OPS) <= ast._MAX_SHARED_OPS
     assert relay.op("nn.relu") is relu  # what was shared before the table filled stays shared
+
+
+def test_target_kind_cache_is_bounded() -> None:
+    from relay import device
+
+    for i in range(300):
+        vd = relay.VirtualDevice(device_type=7, target=relay.Target(kind=f"madeup{i}"))
+        assert device.device_name(vd)
+    info = device._standard_attrs.cache_info()
+    assert info.misses >= 300 and info.currsize <= 64
