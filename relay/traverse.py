@@ -12,26 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Container, Iterable, Sequence
 
-from .ast import (
-    Call,
-    Clause,
-    Constant,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    Var,
-    pattern_vars,
-)
+from . import ast
+from .ast import Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, Var
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
@@ -41,9 +23,9 @@ def children(expr: Expr) -> tuple[Expr, ...]:
             return (op, *args)
         case Let(value=value, body=body):
             return (value, body)
-        case Tuple(fields=fields):
+        case ast.Tuple(fields=fields):
             return fields
-        case TupleGetItem(tuple_value=t):
+        case ast.TupleGetItem(tuple_value=t):
             return (t,)
         case Function(body=body):
             return (body,)
@@ -53,9 +35,9 @@ def children(expr: Expr) -> tuple[Expr, ...]:
             return (data, *(c.rhs for c in clauses))
         case RefCreate(value=v):
             return (v,)
-        case RefRead(ref=r):
+        case ast.RefRead(ref=r):
             return (r,)
-        case RefWrite(ref=r, value=v):
+        case ast.RefWrite(ref=r, value=v):
             return (r, v)
         case Var() | GlobalVar() | Constant() | Op() | Constructor():
             return ()
@@ -75,9 +57,9 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
             return dataclasses.replace(expr, op=new[0], args=tuple(new[1:]))
         case Let():
             return dataclasses.replace(expr, value=new[0], body=new[1])
-        case Tuple():
+        case ast.Tuple():
             return dataclasses.replace(expr, fields=tuple(new))
-        case TupleGetItem():
+        case ast.TupleGetItem():
             return dataclasses.replace(expr, tuple_value=new[0])
         case Function():
             return dataclasses.replace(expr, body=new[0])
@@ -85,15 +67,15 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
             return dataclasses.replace(expr, cond=new[0], true_branch=new[1], false_branch=new[2])
         case Match():
             clauses = tuple(
-                c if c.rhs is rhs else Clause(c.lhs, rhs, span=c.span)
+                c if c.rhs is rhs else ast.Clause(c.lhs, rhs, span=c.span)
                 for c, rhs in zip(expr.clauses, new[1:])
             )
             return dataclasses.replace(expr, data=new[0], clauses=clauses)
         case RefCreate():
             return dataclasses.replace(expr, value=new[0])
-        case RefRead():
+        case ast.RefRead():
             return dataclasses.replace(expr, ref=new[0])
-        case RefWrite():
+        case ast.RefWrite():
             return dataclasses.replace(expr, ref=new[0], value=new[1])
     raise TypeError(f"{type(expr).__name__} has no children to replace")
 
@@ -284,7 +266,7 @@ def binders(node: Expr, index: int = 0) -> tuple[Var, ...]:
         case Let(var=var):
             return (var,)
         case Match(clauses=clauses):
-            return tuple(pattern_vars(clauses[index].lhs))
+            return tuple(ast.pattern_vars(clauses[index].lhs))
     return ()
 
 
@@ -322,7 +304,7 @@ def free_vars(expr: Expr) -> list[Var]:
                 bound.add(id(var))
             case Match(clauses=clauses):
                 for clause in clauses:
-                    bound.update(id(v) for v in pattern_vars(clause.lhs))
+                    bound.update(id(v) for v in ast.pattern_vars(clause.lhs))
     out: list[Var] = []
     seen: set[int] = set()
     for node in pre_order(expr):

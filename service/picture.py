@@ -26,25 +26,8 @@ from typing import Any
 
 import relay
 import solver
-from relay.ast import (
-    Call,
-    Constant,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Module,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    TensorType,
-    Tuple,
-    TupleGetItem,
-    Var,
-)
+from relay import ast
+from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
 from solver.why import input_roots, node_ids, planned_roots, select, wrapper_op
 
@@ -153,7 +136,7 @@ class Picture:
 
 
 def _bytes(t: Any) -> int | None:
-    if isinstance(t, TensorType):
+    if isinstance(t, ast.TensorType):
         n = 1
         for d in t.shape:
             if not isinstance(d, int):
@@ -322,15 +305,15 @@ def build_picture(
             inner: list[Expr] = []
             if isinstance(e, Call) and wrapper_op(e) is not None:
                 inner = [e.args[0]]
-            elif isinstance(e, Tuple):
+            elif isinstance(e, ast.Tuple):
                 inner = list(e.fields)
-            elif isinstance(e, TupleGetItem):
+            elif isinstance(e, ast.TupleGetItem):
                 inner = [e.tuple_value]
             elif isinstance(e, Let):
                 inner = [e.body]
-            elif isinstance(e, (RefCreate, RefWrite)):
+            elif isinstance(e, (RefCreate, ast.RefWrite)):
                 inner = [e.value]
-            elif isinstance(e, RefRead):
+            elif isinstance(e, ast.RefRead):
                 inner = [e.ref]
             for k in inner:
                 stack.append((k, site if site is not None else site_of.get((id(e), id(k)))))

@@ -12,27 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from relay.ast import (
-    Call,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Module,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    Var,
-    device_copy_props,
-    on_device_props,
-    pattern_vars,
-)
+from relay import ast
+from relay.ast import Call, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite, Tuple
 from relay.device import VirtualDevice
 from relay.traverse import not_primitive, post_order, pre_order
 
@@ -68,7 +49,7 @@ class Collector:
 
     def __init__(
         self,
-        module: Module,
+        module: ast.Module,
         functions: list[tuple[GlobalVar, Function]],
         shapes: ShapeInfo,
         domains: DomainSystem,
@@ -111,7 +92,7 @@ class Collector:
             if d is None:
                 d = self.global_doms[expr.name] = self.ds.free(self.shapes.globals.get(expr.name))
             self._keep.append(expr)
-        elif isinstance(expr, Var):
+        elif isinstance(expr, ast.Var):
             d = self.ds.free(self.shapes.var.get(id(expr)) or type_shape(expr.type_annotation))
         else:
             d = self.ds.free(self.shapes.expr.get(id(expr)))
@@ -140,7 +121,7 @@ class Collector:
         op = call.op
         args = call.args
         if isinstance(op, Op):
-            od = on_device_props(call) if op.name == "on_device" else None
+            od = ast.on_device_props(call) if op.name == "on_device" else None
             if od is not None:
                 cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
                 shape = self.shapes.of(args[0])
@@ -156,7 +137,7 @@ class Collector:
                     else ds.free(shape)
                 )
                 return (body, res)
-            dc = device_copy_props(call) if op.name == "device_copy" else None
+            dc = ast.device_copy_props(call) if op.name == "device_copy" else None
             if dc is not None:
                 cid = self._tag("copy", call)
                 shape = self.shapes.of(args[0])
@@ -192,7 +173,7 @@ class Collector:
             if not isinstance(shared, int):
                 shared = ds.new()
             return (shared,) * (len(args) + 1)
-        if isinstance(op, Constructor):
+        if isinstance(op, ast.Constructor):
             cid = self._tag("constructor", call, op.name)
             result = ds.new()
             params: list[Domain] = []
@@ -319,7 +300,7 @@ class Collector:
         for f in tup.fields:
             self.ds.unify_collapsed(d, self.dom(f), cid)
 
-    def _projection(self, tgi: TupleGetItem) -> None:
+    def _projection(self, tgi: ast.TupleGetItem) -> None:
         self.ds.unify_collapsed(self.dom(tgi.tuple_value), self.dom(tgi), self._tag("projection", tgi))
 
     def _match(self, match: Match) -> None:
@@ -328,7 +309,7 @@ class Collector:
         data = self.dom(match.data)
         self.ds.unify_collapsed(data, md, cid)
         for clause in match.clauses:
-            for var in pattern_vars(clause.lhs):
+            for var in ast.pattern_vars(clause.lhs):
                 self.ds.unify_collapsed(data, self.dom(var), cid)
             self.ds.unify(self.dom(clause.rhs), md, cid)
 
@@ -356,7 +337,7 @@ class Collector:
         Let: _let,
         Function: _function,
         Tuple: _tuple,
-        TupleGetItem: _projection,
+        ast.TupleGetItem: _projection,
         Match: _match,
         If: _if,
         RefCreate: _ref_create,
@@ -373,7 +354,7 @@ class Collector:
             if not i & MASK:
                 self.deadline.check("free on_device unification")
             if type(node) is Call and type(node.op) is Op and node.op.name == "on_device":
-                od = on_device_props(node)
+                od = ast.on_device_props(node)
                 if od is not None and not od.constrain_body and not od.constrain_result:
                     cid = self.ds.tag("free on_device", node, hard=False)
                     self.soft_count += 1

@@ -15,24 +15,8 @@ from typing import Any
 
 import z3
 
-from relay.ast import (
-    Call,
-    Constant,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    Var,
-)
+from relay import ast
+from relay.ast import Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, RefRead, Var
 from relay.device import VirtualDevice, device_name
 
 from .deadline import Deadline
@@ -75,15 +59,15 @@ def short_text(expr: Expr | None, limit: int = 60) -> str:
             text = f"let %{var.name} = ...; ..."
         case If():
             text = "if (...) {...} else {...}"
-        case Tuple(fields=fields):
+        case ast.Tuple(fields=fields):
             text = f"({', '.join('...' for _ in fields)})"
-        case TupleGetItem(index=i):
+        case ast.TupleGetItem(index=i):
             text = f"(...).{i}"
-        case RefCreate():
+        case ast.RefCreate():
             text = "ref(...)"
         case RefRead():
             text = "ref_read(...)"
-        case RefWrite():
+        case ast.RefWrite():
             text = "ref_write(...)"
         case Match():
             text = "match (...) {...}"

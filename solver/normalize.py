@@ -13,22 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from relay.ast import (
-    Call,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    Let,
-    Op,
-    TupleGetItem,
-    Var,
-    device_copy,
-    device_copy_props,
-    is_op,
-    on_device,
-    on_device_props,
-)
+from relay import ast
+from relay.ast import Call, Constructor, Expr, Function, GlobalVar, Let, Op, TupleGetItem, on_device_props
 from relay.device import VirtualDevice
 from relay.traverse import children, rewrite, walk
 
@@ -40,7 +26,7 @@ def make_on_device(body: Expr, device: VirtualDevice, constrain_result: bool, co
     """TVM's OnDevice: with neither flag the device is dropped (fully unconstrained)."""
     if not constrain_result and not constrain_body:
         device = FREE
-    return on_device(
+    return ast.on_device(
         body, device, constrain_body=constrain_body, constrain_result=constrain_result, span=body.span
     )
 
@@ -51,7 +37,7 @@ def maybe_on_device(
     """Wrap `body` in `on_device` unless its device is already evident (TVM's MaybeOnDevice)."""
     if device.is_fully_unconstrained:
         return body
-    if isinstance(body, (Op, Constructor, GlobalVar, Var, Function)):
+    if isinstance(body, (Op, Constructor, GlobalVar, ast.Var, Function)):
         return body
     props = on_device_props(body)
     if props is not None:
@@ -151,7 +137,7 @@ def copy_conflicting_inputs(
         call_dev = records.setdefault(key, FREE)
         body_dev = call_dev
         od = on_device_props(node)
-        dc = device_copy_props(node)
+        dc = ast.device_copy_props(node)
         if od is not None and isinstance(od.virtual_device, VirtualDevice):
             if od.constrain_body:
                 body_dev = od.virtual_device
@@ -170,7 +156,7 @@ def copy_conflicting_inputs(
     walk([f for _, f in functions], pre=record, kids=_arguments)
     for key in list(conflicted):
         node = conflicted[key]
-        if isinstance(node, Call) and is_op(node.op, "on_device"):
+        if isinstance(node, Call) and ast.is_op(node.op, "on_device"):
             del conflicted[key]
     if not conflicted:
         return functions, 0
@@ -195,7 +181,7 @@ def copy_conflicting_inputs(
                     )
                 src, dst = canonical(src_raw), canonical(dst_raw)
                 if src != dst:
-                    new_args[i] = device_copy(arg, src, dst, span=arg.span)
+                    new_args[i] = ast.device_copy(arg, src, dst, span=arg.span)
                     copies += 1
                     changed = True
         if not changed and rebuilt.op is original.op:

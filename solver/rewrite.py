@@ -12,27 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from relay.ast import (
-    Call,
-    Clause,
-    Constant,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    Var,
-    device_copy,
-    device_copy_props,
-)
+from relay import ast
+from relay.ast import Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, Var
 from relay.device import VirtualDevice, device_name
 from relay.span import Span
 from relay.traverse import children, not_primitive, post_order, with_children
@@ -114,7 +95,7 @@ class Rewriter:
         if child_vd is not expected and child_vd != expected:
             copied_span = result.span
             result = maybe_on_device(result, self._use(child_vd))
-            result = device_copy(result, child_vd, self._use(expected), span=result.span)
+            result = ast.device_copy(result, child_vd, self._use(expected), span=result.span)
             self.copies.append((copied_span, child_vd, expected))
         if expected is not lexical and expected != lexical:
             result = maybe_on_device(result, self._use(expected))
@@ -186,7 +167,7 @@ class Rewriter:
                 new_data = self.child_of(node, data)
                 new_clauses = tuple(Clause(c.lhs, self.child_of(node, c.rhs), span=c.span) for c in clauses)
                 return dataclasses.replace(node, data=new_data, clauses=new_clauses)
-            case If() | Tuple() | TupleGetItem() | RefCreate() | RefRead() | RefWrite():
+            case If() | ast.Tuple() | ast.TupleGetItem() | ast.RefCreate() | ast.RefRead() | ast.RefWrite():
                 self._count(self.dev(node))
                 kids = children(node)
                 return with_children(node, tuple(self.child_of(node, k) for k in kids))
@@ -224,7 +205,7 @@ class Rewriter:
                 span=call.span,
                 checked_type=call.checked_type,
             )
-        dc = device_copy_props(call) if name == "device_copy" else None
+        dc = ast.device_copy_props(call) if name == "device_copy" else None
         if dc is not None:
             ds = self.c.ds
             src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else FREE

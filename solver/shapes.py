@@ -11,32 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.ast import (
-    Call,
-    Constant,
-    Constructor,
-    Expr,
-    Function,
-    FuncType,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    Module,
-    Op,
-    PatternConstructor,
-    PatternTuple,
-    PatternVar,
-    RefCreate,
-    RefRead,
-    RefType,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    TupleType,
-    Type,
-    Var,
-)
+from relay import ast
+from relay.ast import Call, Constant, Constructor, Expr, Function, FuncType, GlobalVar, If, Let, Match, Op
 from relay.traverse import walk
 
 from .deadline import MASK, Deadline
@@ -62,17 +38,17 @@ Shape = FnShape | TupShape | RefShape | None
 """None is a plain first-order value (tensor, ADT, scalar) or unknown."""
 
 
-def type_shape(t: Type | None) -> Shape:
+def type_shape(t: ast.Type | None) -> Shape:
     """The shape a type implies (None when the type says nothing about functions)."""
     if t is None:
         return None
     match t:
         case FuncType(arg_types=args, ret_type=ret):
             return FnShape(tuple(type_shape(a) for a in args), type_shape(ret))
-        case TupleType(fields=fields):
+        case ast.TupleType(fields=fields):
             shapes = tuple(type_shape(f) for f in fields)
             return TupShape(shapes) if any(s is not None for s in shapes) else None
-        case RefType(value=v):
+        case ast.RefType(value=v):
             inner = type_shape(v)
             return RefShape(inner) if inner is not None else None
     return None
@@ -102,19 +78,19 @@ def _bind_pattern(info: ShapeInfo, pattern: object, shape: Shape) -> None:
     while stack:
         pat, sh = stack.pop()
         match pat:
-            case PatternVar(var=var):
+            case ast.PatternVar(var=var):
                 info.var[id(var)] = type_shape(var.type_annotation) or sh
-            case PatternTuple(patterns=ps):
+            case ast.PatternTuple(patterns=ps):
                 fields = sh.fields if isinstance(sh, TupShape) else ()
                 for i, p in enumerate(ps):
                     stack.append((p, fields[i] if i < len(fields) else None))
-            case PatternConstructor(constructor=ctor, patterns=ps):
+            case ast.PatternConstructor(constructor=ctor, patterns=ps):
                 for i, p in enumerate(ps):
                     inp = ctor.inputs[i] if i < len(ctor.inputs) else None
                     stack.append((p, type_shape(inp)))
 
 
-def infer_shapes(module: Module, roots: list[Expr], deadline: Deadline | None = None) -> ShapeInfo:
+def infer_shapes(module: ast.Module, roots: list[Expr], deadline: Deadline | None = None) -> ShapeInfo:
     """Infer the shape of every expression reachable from `roots` (global
     function bodies in definition order, then the module expression)."""
     info = ShapeInfo()
@@ -163,7 +139,7 @@ def _shape_of_node(info: ShapeInfo, node: Expr) -> Shape:
         if shape is not None:
             return shape
     match node:
-        case Var():
+        case ast.Var():
             return info.var.get(id(node)) or type_shape(node.type_annotation)
         case GlobalVar(name=name):
             return info.globals.get(name)
@@ -186,21 +162,21 @@ def _shape_of_node(info: ShapeInfo, node: Expr) -> Shape:
             return info.of(body)
         case If(true_branch=t, false_branch=f):
             return info.of(t) or info.of(f)
-        case Tuple(fields=fields):
+        case ast.Tuple(fields=fields):
             shapes = tuple(info.of(f) for f in fields)
             return TupShape(shapes) if any(s is not None for s in shapes) else None
-        case TupleGetItem(tuple_value=t, index=i):
+        case ast.TupleGetItem(tuple_value=t, index=i):
             sh = info.of(t)
             if isinstance(sh, TupShape) and 0 <= i < len(sh.fields):
                 return sh.fields[i]
             return None
-        case RefCreate(value=v):
+        case ast.RefCreate(value=v):
             inner = info.of(v)
             return RefShape(inner) if inner is not None else None
-        case RefRead(ref=r):
+        case ast.RefRead(ref=r):
             sh = info.of(r)
             return sh.value if isinstance(sh, RefShape) else None
-        case RefWrite():
+        case ast.RefWrite():
             return None
         case Match(clauses=clauses):
             for clause in clauses:

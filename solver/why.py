@@ -29,20 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.ast import (
-    Call,
-    Constructor,
-    Expr,
-    Function,
-    GlobalVar,
-    Let,
-    Match,
-    Module,
-    Op,
-    TupleGetItem,
-    on_device,
-    pattern_vars,
-)
+from relay import ast
+from relay.ast import Call, Constructor, Expr, Function, GlobalVar, Let, Match, Module, Op, TupleGetItem
 from relay.device import VirtualDevice, device_name
 from relay.traverse import children, post_order, pre_order, rewrite
 
@@ -225,7 +213,7 @@ def align(inputs: Sequence[Expr], planned: Sequence[Expr]) -> dict[int, Expr]:
             out.setdefault(id(a.var), b.var)
         elif isinstance(a, Match) and isinstance(b, Match):
             for ca, cb in zip(a.clauses, b.clauses):
-                for p, q in zip(pattern_vars(ca.lhs), pattern_vars(cb.lhs)):
+                for p, q in zip(ast.pattern_vars(ca.lhs), ast.pattern_vars(cb.lhs)):
                     out.setdefault(id(p), q)
         ka, kb = children(a), children(b)
         if len(ka) == len(kb):
@@ -282,7 +270,7 @@ def apply_node_pins(
             found = wrap.get(id(original))
             if found is None:
                 return rebuilt
-            wrapped = on_device(
+            wrapped = ast.on_device(
                 rebuilt, found[0], constrain_body=True, constrain_result=False, span=rebuilt.span
             )
             kinds[id(wrapped)] = f"constraint #{found[1]}"

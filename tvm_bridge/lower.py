@@ -27,24 +27,7 @@ import tvm
 from tvm import relax
 
 from relay import ast
-from relay.ast import (
-    Call,
-    Constant,
-    Constructor,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Match,
-    MetaRef,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
-    Var,
-)
+from relay.ast import Call, Constant, Constructor, Function, GlobalVar, If, Let, Match, MetaRef, Op, Var
 from relay.device import DEVICE_TYPE_NAMES, VirtualDevice
 from relay.span import Span
 from relay.traverse import pre_order, walk
@@ -67,9 +50,9 @@ def _lowered_children(node: ast.Expr) -> tuple[ast.Expr, ...]:
             return (cond,)
         case Call(op=op, args=args):
             return (op, *args) if isinstance(op, Var) else args
-        case Tuple(fields=fields):
+        case ast.Tuple(fields=fields):
             return fields
-        case TupleGetItem(tuple_value=t):
+        case ast.TupleGetItem(tuple_value=t):
             return (t,)
     return ()
 
@@ -245,7 +228,7 @@ class _Lowerer:
                     raise UnsupportedConstruct("match", node.span)
                 case Constructor():
                     raise UnsupportedConstruct(f"ADT constructor {node.name}", node.span)
-                case RefCreate() | RefRead() | RefWrite():
+                case ast.RefCreate() | ast.RefRead() | ast.RefWrite():
                     raise UnsupportedConstruct("reference", node.span)
 
     def call_order(self, functions: list[tuple[GlobalVar, Function]]) -> list[tuple[GlobalVar, Function]]:
@@ -422,9 +405,9 @@ class _Lowerer:
                 return relax.const(self.constant_data(node))
             case Let(body=body):
                 return memo[id(body)]
-            case Tuple(fields=fields):
+            case ast.Tuple(fields=fields):
                 return bb.emit(relax.Tuple([self.tensor_value(memo[id(f)], node.span) for f in fields]))
-            case TupleGetItem(tuple_value=t, index=i):
+            case ast.TupleGetItem(tuple_value=t, index=i):
                 value = self.tensor_value(memo[id(t)], node.span)
                 return bb.emit(relax.TupleGetItem(value, i))
             case If():
@@ -439,7 +422,7 @@ class _Lowerer:
                 raise UnsupportedConstruct(f"ADT constructor {node.name}", node.span)
             case Match():
                 raise UnsupportedConstruct("match", node.span)
-            case RefCreate() | RefRead() | RefWrite():
+            case ast.RefCreate() | ast.RefRead() | ast.RefWrite():
                 raise UnsupportedConstruct("reference", node.span)
         raise UnsupportedConstruct(type(node).__name__, node.span)
 

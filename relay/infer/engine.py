@@ -25,43 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import op_attrs
-from ..ast import (
-    UNKNOWN,
-    Attrs,
-    Call,
-    Constant,
-    Constructor,
-    Expr,
-    Function,
-    FuncType,
-    GlobalVar,
-    If,
-    IncompleteType,
-    Let,
-    Match,
-    Module,
-    Op,
-    Pattern,
-    PatternConstructor,
-    PatternTuple,
-    PatternVar,
-    PatternWildcard,
-    RefCreate,
-    RefRead,
-    RefType,
-    RefWrite,
-    TensorType,
-    Tuple,
-    TupleGetItem,
-    TupleType,
-    Type,
-    TypeCall,
-    TypeData,
-    TypeVar,
-    UnknownType,
-    Var,
-)
+from .. import ast, op_attrs
+from ..ast import UNKNOWN, Call, Expr, Function, FuncType, GlobalVar, Let, Match, Op, TupleType, Type, TypeVar
 from ..span import Span
 from ..traverse import post_order, walk
 from .relations import RELATIONS, RelationError
@@ -70,7 +35,7 @@ from .types import TypeInferenceError, is_known, substitute, type_text, unify
 __all__ = ["Types", "infer_types"]
 
 _UNIT = TupleType(())
-_BOOL_SCALAR = TensorType((), "bool")
+_BOOL_SCALAR = ast.TensorType((), "bool")
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +46,7 @@ class Types:
     names the operators seen that have no type relation.
     """
 
-    module: Module = field(repr=False)
+    module: ast.Module = field(repr=False)
     _by_id: Mapping[int, Type] = field(repr=False)
     _functions: Mapping[str, FuncType] = field(repr=False)
     unknown_ops: frozenset[str] = frozenset()
@@ -104,7 +69,7 @@ class Types:
         return id(expr) in self._by_id
 
 
-def infer_types(module: Module, *, check_annotations: bool = True) -> Types:
+def infer_types(module: ast.Module, *, check_annotations: bool = True) -> Types:
     """Infer the type of every expression of `module`.
 
     Raises `TypeInferenceError` (a `RelayError` with the span and both
@@ -119,7 +84,7 @@ def infer_types(module: Module, *, check_annotations: bool = True) -> Types:
 
 def _written(annotation: Type | None) -> Type:
     """A written type, UNKNOWN where there is none (absent or `_`)."""
-    return UNKNOWN if annotation is None or isinstance(annotation, IncompleteType) else annotation
+    return UNKNOWN if annotation is None or isinstance(annotation, ast.IncompleteType) else annotation
 
 
 def _declared(func: Function) -> FuncType:
@@ -134,7 +99,7 @@ def _complete_signature(func: Function) -> bool:
 
 
 class _Engine:
-    def __init__(self, module: Module, check_annotations: bool) -> None:
+    def __init__(self, module: ast.Module, check_annotations: bool) -> None:
         self.module = module
         self.check = check_annotations
         self.types: dict[int, Type] = {}
@@ -154,19 +119,19 @@ class _Engine:
             self._add_typedef(typedef)
         self.post: dict[type, Callable[[Any], Type]] = {
             Call: self._call,
-            Var: self._var,
+            ast.Var: self._var,
             GlobalVar: self._global,
-            Constant: self._constant,
+            ast.Constant: self._constant,
             Op: lambda node: UNKNOWN,
-            Constructor: self._constructor,
+            ast.Constructor: self._constructor,
             Function: self._function,
             Let: self._let,
-            If: self._if,
-            Tuple: lambda node: TupleType(tuple(self.types[id(f)] for f in node.fields)),
-            TupleGetItem: self._tuple_get_item,
-            RefCreate: lambda node: RefType(self.types[id(node.value)]),
-            RefRead: self._ref_read,
-            RefWrite: self._ref_write,
+            ast.If: self._if,
+            ast.Tuple: lambda node: TupleType(tuple(self.types[id(f)] for f in node.fields)),
+            ast.TupleGetItem: self._tuple_get_item,
+            ast.RefCreate: lambda node: ast.RefType(self.types[id(node.value)]),
+            ast.RefRead: self._ref_read,
+            ast.RefWrite: self._ref_write,
             Match: self._match,
         }
 
@@ -306,25 +271,25 @@ class _Engine:
                     expected=written,
                     actual=inferred,
                 )
-            return inferred if not isinstance(inferred, UnknownType) else written
+            return inferred if not isinstance(inferred, ast.UnknownType) else written
         return merged
 
-    def _bind_pattern(self, pattern: Pattern, data_type: Type) -> None:
-        stack: list[tuple[Pattern, Type]] = [(pattern, data_type)]
+    def _bind_pattern(self, pattern: ast.Pattern, data_type: Type) -> None:
+        stack: list[tuple[ast.Pattern, Type]] = [(pattern, data_type)]
         while stack:
             p, t = stack.pop()
             match p:
-                case PatternVar(var=var):
+                case ast.PatternVar(var=var):
                     if var.type_annotation is None:
                         self.types[id(var)] = t
                     else:
                         self.types[id(var)] = self._agree(
                             var.type_annotation, t, var.span or p.span, f"%{var.name}"
                         )
-                case PatternConstructor(constructor=ctor, patterns=subs):
+                case ast.PatternConstructor(constructor=ctor, patterns=subs):
                     inputs = self._constructor_inputs(ctor, t, p.span)
                     stack.extend(zip(subs, inputs))
-                case PatternTuple(patterns=subs):
+                case ast.PatternTuple(patterns=subs):
                     if isinstance(t, TupleType):
                         if len(t.fields) != len(subs):
                             raise TypeInferenceError(
@@ -336,10 +301,10 @@ class _Engine:
                     else:
                         self._require_unknown(t, "a tuple", p.span)
                         stack.extend((s, UNKNOWN) for s in subs)
-                case PatternWildcard():
+                case ast.PatternWildcard():
                     pass
 
-    def _constructor_inputs(self, ctor: Constructor, t: Type, span: Span | None) -> tuple[Type, ...]:
+    def _constructor_inputs(self, ctor: ast.Constructor, t: Type, span: Span | None) -> tuple[Type, ...]:
         """The types of a constructor's fields in a value of ADT type `t`."""
         ctor_type = self._constructor(ctor)
         result = ctor_type.ret_type
@@ -354,7 +319,7 @@ class _Engine:
         return tuple(substitute(a, subst) for a in ctor_type.arg_types)
 
     def _require_unknown(self, t: Type, what: str, span: Span | None) -> None:
-        if not isinstance(t, UnknownType):
+        if not isinstance(t, ast.UnknownType):
             raise TypeInferenceError(f"expected {what}, got a value of type {type_text(t)}", span, actual=t)
 
     def _refine(self, node: Expr, t: Type) -> None:
@@ -375,17 +340,17 @@ class _Engine:
             match n:
                 case Let(body=body):
                     stack.append((body, merged))
-                case If(true_branch=then, false_branch=other):
+                case ast.If(true_branch=then, false_branch=other):
                     stack.append((then, merged))
                     stack.append((other, merged))
                 case Match(clauses=clauses):
                     stack.extend((c.rhs, merged) for c in clauses)
-                case Tuple(fields=fields) if isinstance(merged, TupleType):
+                case ast.Tuple(fields=fields) if isinstance(merged, TupleType):
                     stack.extend(zip(fields, merged.fields))
 
     # ------------------------------------------------------------ nodes
 
-    def _var(self, var: Var) -> Type:
+    def _var(self, var: ast.Var) -> Type:
         found = self.types.get(id(var))
         if found is not None:
             return found
@@ -400,23 +365,23 @@ class _Engine:
             self.early_reads.setdefault(gv.name, found)
         return found
 
-    def _constant(self, node: Constant) -> Type:
+    def _constant(self, node: ast.Constant) -> Type:
         data = node.data
         if data is None and node.meta_index is not None:
             table = self.module.meta.get("relay.Constant") or ()
             entry = table[node.meta_index] if node.meta_index < len(table) else None
-            if isinstance(entry, Constant):
+            if isinstance(entry, ast.Constant):
                 data = entry.data
         if data is None:
-            return node.checked_type if isinstance(node.checked_type, TensorType) else UNKNOWN
-        return TensorType(tuple(data.shape), data.dtype)
+            return node.checked_type if isinstance(node.checked_type, ast.TensorType) else UNKNOWN
+        return ast.TensorType(tuple(data.shape), data.dtype)
 
-    def _add_typedef(self, typedef: TypeData) -> None:
-        result = TypeCall(typedef.header, typedef.type_vars)
+    def _add_typedef(self, typedef: ast.TypeData) -> None:
+        result = ast.TypeCall(typedef.header, typedef.type_vars)
         for ctor in typedef.constructors:
             self.ctor_types[id(ctor)] = FuncType(ctor.inputs, result, typedef.type_vars)
 
-    def _constructor(self, ctor: Constructor) -> FuncType:
+    def _constructor(self, ctor: ast.Constructor) -> FuncType:
         found = self.ctor_types.get(id(ctor))
         if found is None:
             # A constructor whose definition is not in the module: its type
@@ -427,13 +392,13 @@ class _Engine:
                 t = stack.pop()
                 if isinstance(t, TypeVar) and t not in tvars:
                     tvars.append(t)
-                elif isinstance(t, (TupleType, TypeCall)):
+                elif isinstance(t, (TupleType, ast.TypeCall)):
                     stack.extend(t.fields if isinstance(t, TupleType) else t.args)
                 elif isinstance(t, FuncType):
                     stack.extend((*t.arg_types, t.ret_type))
-                elif isinstance(t, RefType):
+                elif isinstance(t, ast.RefType):
                     stack.append(t.value)
-            found = FuncType(ctor.inputs, TypeCall(ctor.belong_to, tuple(tvars)), tuple(tvars))
+            found = FuncType(ctor.inputs, ast.TypeCall(ctor.belong_to, tuple(tvars)), tuple(tvars))
             self.ctor_types[id(ctor)] = found
         return found
 
@@ -448,7 +413,7 @@ class _Engine:
     def _let(self, node: Let) -> Type:
         return self.types[id(node.body)]
 
-    def _if(self, node: If) -> Type:
+    def _if(self, node: ast.If) -> Type:
         types = self.types
         cond = types[id(node.cond)]
         if unify(_BOOL_SCALAR, cond) is None:
@@ -488,7 +453,7 @@ class _Engine:
             self._refine(clause.rhs, result)
         return result
 
-    def _tuple_get_item(self, node: TupleGetItem) -> Type:
+    def _tuple_get_item(self, node: ast.TupleGetItem) -> Type:
         t = self.types[id(node.tuple_value)]
         if isinstance(t, TupleType):
             if not 0 <= node.index < len(t.fields):
@@ -501,17 +466,17 @@ class _Engine:
         self._require_unknown(t, "a tuple", node.span)
         return UNKNOWN
 
-    def _ref_read(self, node: RefRead) -> Type:
+    def _ref_read(self, node: ast.RefRead) -> Type:
         t = self.types[id(node.ref)]
-        if isinstance(t, RefType):
+        if isinstance(t, ast.RefType):
             return t.value
         self._require_unknown(t, "a reference", node.span)
         return UNKNOWN
 
-    def _ref_write(self, node: RefWrite) -> Type:
+    def _ref_write(self, node: ast.RefWrite) -> Type:
         t = self.types[id(node.ref)]
         value = self.types[id(node.value)]
-        if isinstance(t, RefType):
+        if isinstance(t, ast.RefType):
             if unify(t.value, value) is None:
                 raise TypeInferenceError(
                     f"ref_write of a value of type {type_text(value)} into {type_text(t)}",
@@ -531,14 +496,14 @@ class _Engine:
         args = tuple(types[id(a)] for a in node.args)
         if type(callee) is Op:
             return self._op_call(node, callee.name, args)
-        if type(callee) is Constructor:
+        if type(callee) is ast.Constructor:
             ftype: Type = self._constructor(callee)
         else:
             ftype = types[id(callee)]
             literal = callee if type(callee) is Function else self.let_functions.get(id(callee))
             if literal is not None and len(literal.params) == len(args):
                 self._learn_parameter_types(literal, args)
-        if isinstance(ftype, UnknownType):
+        if isinstance(ftype, ast.UnknownType):
             return UNKNOWN
         if not isinstance(ftype, FuncType):
             raise TypeInferenceError(f"a value of type {type_text(ftype)} is called", node.span, actual=ftype)
@@ -588,7 +553,7 @@ class _Engine:
         except RelationError as err:
             raise _relation_error(node, args, err) from None
 
-    def _completed_attrs(self, name: str, attrs: Attrs | None) -> Mapping[str, Any]:
+    def _completed_attrs(self, name: str, attrs: ast.Attrs | None) -> Mapping[str, Any]:
         """A call's attributes with TVM's defaults, as a dict; cached per
         Attrs object (alive as long as the module) and per distinct field
         values (most calls share them)."""

@@ -21,24 +21,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ..ast import (
-    ANY,
-    UNKNOWN,
-    AnyDim,
-    Constant,
-    Dim,
-    FuncType,
-    GlobalTypeVar,
-    IncompleteType,
-    IntImm,
-    MetaRef,
-    TensorType,
-    TupleType,
-    Type,
-    TypeCall,
-    TypeVar,
-    UnknownType,
-)
+from .. import ast
+from ..ast import ANY, UNKNOWN, AnyDim, Constant, Dim, FuncType, IntImm, MetaRef, TensorType, TupleType, Type
 from . import dims as D
 from .dims import RelationError
 from .types import type_text
@@ -58,7 +42,7 @@ class _Undetermined(Exception):
 
 
 def _undetermined(t: Type) -> bool:
-    return isinstance(t, (UnknownType, IncompleteType, TypeVar))
+    return isinstance(t, (ast.UnknownType, ast.IncompleteType, ast.TypeVar))
 
 
 def _tensor(op: str, t: Type, what: str = "data") -> TensorType:
@@ -1200,7 +1184,7 @@ def _depth_space(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
 
 # ------------------------------------------------------ memory / VM dialect
 
-_STORAGE: Final = TypeCall(GlobalTypeVar("Storage"), ())
+_STORAGE: Final = ast.TypeCall(ast.GlobalTypeVar("Storage"), ())
 _EMPTY: Final = TupleType(())
 
 

@@ -12,21 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..ast import (
-    AnyDim,
-    Dim,
-    FuncType,
-    GlobalTypeVar,
-    IncompleteType,
-    IntImm,
-    RefType,
-    TensorType,
-    TupleType,
-    Type,
-    TypeCall,
-    TypeVar,
-    UnknownType,
-)
+from .. import ast
+from ..ast import AnyDim, Dim, FuncType, IncompleteType, IntImm, RefType, TupleType, Type, TypeCall, TypeVar
 from ..span import RelayError, Span
 
 __all__ = ["TypeInferenceError", "is_known", "substitute", "type_text", "unify"]
@@ -66,7 +53,7 @@ def type_text(t: Type) -> str:
     """`t` in the Relay text syntax (what the parser reads back); an unknown
     type is written `unknown`."""
     match t:
-        case TensorType(shape=shape, dtype=dtype):
+        case ast.TensorType(shape=shape, dtype=dtype):
             if not shape:
                 return dtype
             return f"Tensor[({', '.join(_dim_text(d) for d in shape)}), {dtype}]"
@@ -77,7 +64,7 @@ def type_text(t: Type) -> str:
         case FuncType(arg_types=args, ret_type=ret, type_params=tps):
             head = "fn " + ("[" + ", ".join(tv.name for tv in tps) + "]" if tps else "")
             return f"{head}({', '.join(type_text(a) for a in args)}) -> {type_text(ret)}"
-        case TypeVar(name=name) | GlobalTypeVar(name=name):
+        case TypeVar(name=name) | ast.GlobalTypeVar(name=name):
             return name
         case TypeCall(func=func, args=args):
             return f"{type_text(func)}[{', '.join(type_text(a) for a in args)}]"
@@ -85,7 +72,7 @@ def type_text(t: Type) -> str:
             return f"ref({type_text(value)})"
         case IncompleteType():
             return "_"
-        case UnknownType():
+        case ast.UnknownType():
             return "unknown"
     return type(t).__name__
 
@@ -95,7 +82,7 @@ def is_known(t: Type) -> bool:
     stack = [t]
     while stack:
         match stack.pop():
-            case UnknownType() | IncompleteType():
+            case ast.UnknownType() | IncompleteType():
                 return False
             case TupleType(fields=fields):
                 stack.extend(fields)
@@ -152,12 +139,12 @@ def unify(
         if merged is not None:
             subst[a] = merged
         return merged
-    if isinstance(a, (UnknownType, IncompleteType)):
+    if isinstance(a, (ast.UnknownType, IncompleteType)):
         return b
-    if isinstance(b, (UnknownType, IncompleteType)):
+    if isinstance(b, (ast.UnknownType, IncompleteType)):
         return a
     match a, b:
-        case TensorType(), TensorType():
+        case ast.TensorType(), ast.TensorType():
             if a.dtype != b.dtype or len(a.shape) != len(b.shape):
                 return None
             dims: list[Dim] = []
@@ -166,7 +153,7 @@ def unify(
                 if d is None:
                     return None
                 dims.append(d)
-            return TensorType(tuple(dims), a.dtype)
+            return ast.TensorType(tuple(dims), a.dtype)
         case TupleType(), TupleType():
             fields = _unify_all(a.fields, b.fields, params, subst)
             return None if fields is None else TupleType(fields)
