@@ -13,26 +13,14 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.api.routes.plan import PLAN_PROBLEMS, submit_plan
 from service.errors import PICTURE_UNAVAILABLE
 from service.examples import PICTURE_EXAMPLES
 from service.logs import current_request_id
 from service.models import PlanRequest, to_plan_job
 from service.picture import MAX_NODES, PictureUnavailable, dot_path, render_svg
-from service.planning import PlanFailure, deadline_s
-from service.pool import PoolBusy
-from service.problems import (
-    INTERNAL_ERROR,
-    INVALID_CONFIG,
-    MALFORMED_MODULE,
-    OVERLOADED,
-    PLANNING_CONFLICT,
-    REQUEST_TOO_LARGE,
-    SOLVER_TIMEOUT,
-    VALIDATION_ERROR,
-    ProblemError,
-    failure_to_problem,
-    problem_responses,
-)
+from service.planning import PlanFailure
+from service.problems import ProblemError, failure_to_problem, problem_responses
 
 router = APIRouter(tags=["plan"])
 page_router = APIRouter(include_in_schema=False)
@@ -66,17 +54,7 @@ async def explore(request: Request) -> HTMLResponse:
     response_class=Response,
     responses={
         200: {"content": {SVG_MEDIA_TYPE: {"schema": {"type": "string"}}}, "description": "The SVG."},
-        **problem_responses(
-            MALFORMED_MODULE,
-            REQUEST_TOO_LARGE,
-            PLANNING_CONFLICT,
-            INVALID_CONFIG,
-            VALIDATION_ERROR,
-            INTERNAL_ERROR,
-            OVERLOADED,
-            SOLVER_TIMEOUT,
-            PICTURE_UNAVAILABLE,
-        ),
+        **problem_responses(*PLAN_PROBLEMS, PICTURE_UNAVAILABLE),
     },
 )
 async def plan_picture(
@@ -95,13 +73,7 @@ async def plan_picture(
         raise ProblemError(PICTURE_UNAVAILABLE, "install Graphviz (`apt-get install graphviz`) for pictures")
     job = to_plan_job(request, settings, request_id=current_request_id())
     job = dataclasses.replace(job, picture={"max_nodes": max_nodes, "expand": tuple(expand)})
-    metrics.in_flight.inc()
-    try:
-        result = await pool.submit(job, deadline_s(job.timeout_ms))
-    except PoolBusy:
-        raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
-    finally:
-        metrics.in_flight.dec()
+    result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
     picture = result["ok"]["picture"]

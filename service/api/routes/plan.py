@@ -3,34 +3,48 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
+from service import problems
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.errors import kind_of
 from service.examples import PLAN_EXAMPLES
 from service.logs import current_request_id
+from service.metrics import Metrics
 from service.models import PlanRequest, PlanResponse, to_plan_job
-from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, deadline_s
-from service.pool import PoolBusy
-from service.problems import (
-    INTERNAL_ERROR,
-    INVALID_CONFIG,
-    MALFORMED_MODULE,
-    OVERLOADED,
-    PLANNING_CONFLICT,
-    REQUEST_TOO_LARGE,
-    SOLVER_TIMEOUT,
-    VALIDATION_ERROR,
-    ProblemError,
-    failure_to_problem,
-    problem_responses,
-)
+from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
+from service.pool import PlanPool, PoolBusy
+from service.problems import OVERLOADED, ProblemError, failure_to_problem, problem_responses
 
 router = APIRouter(tags=["plan"])
 log = logging.getLogger("devplan.service")
+
+# The problems of every route that plans a module (POST /plan, /plan/picture), in
+# the order the OpenAPI document lists them.
+PLAN_PROBLEMS = (
+    problems.MALFORMED_MODULE, problems.REQUEST_TOO_LARGE, problems.PLANNING_CONFLICT,
+    problems.INVALID_CONFIG, problems.VALIDATION_ERROR, problems.INTERNAL_ERROR, problems.OVERLOADED,
+    problems.SOLVER_TIMEOUT,
+)
+
+
+async def submit_plan(job: PlanJob, pool: PlanPool, metrics: Metrics, *, count_busy: bool) -> dict[str, Any]:
+    """Run `job` in the worker pool under its deadline, counted as in flight;
+    a pool that stays busy is a 503 `overloaded` problem (also counted as a
+    plan outcome where `count_busy`)."""
+    metrics.in_flight.inc()
+    try:
+        return await pool.submit(job, deadline_s(job.timeout_ms))
+    except PoolBusy:
+        if count_busy:
+            metrics.plans.labels("overloaded").inc()
+        raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
+    finally:
+        metrics.in_flight.dec()
+
 
 @router.post(
     "/plan",
@@ -44,16 +58,7 @@ log = logging.getLogger("devplan.service")
     "conflicting constraints (pins, support rules, budgets) with their source locations.",
     response_model=PlanResponse,
     response_model_exclude_none=True,
-    responses=problem_responses(
-        MALFORMED_MODULE,
-        REQUEST_TOO_LARGE,
-        PLANNING_CONFLICT,
-        INVALID_CONFIG,
-        VALIDATION_ERROR,
-        INTERNAL_ERROR,
-        OVERLOADED,
-        SOLVER_TIMEOUT,
-    ),
+    responses=problem_responses(*PLAN_PROBLEMS),
 )
 async def plan(
     request: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],
@@ -62,14 +67,7 @@ async def plan(
     metrics: MetricsDep,
 ) -> JSONResponse:
     job = to_plan_job(request, settings, request_id=current_request_id())
-    metrics.in_flight.inc()
-    try:
-        result = await pool.submit(job, deadline_s(job.timeout_ms))
-    except PoolBusy:
-        metrics.plans.labels("overloaded").inc()
-        raise ProblemError(OVERLOADED, f"all {pool.size} planning slots stayed busy; retry later") from None
-    finally:
-        metrics.in_flight.dec()
+    result = await submit_plan(job, pool, metrics, count_busy=True)
     timings = result.get("timings_ms") or {}
     if timings:
         metrics.plan_seconds.observe(sum(timings.values()) / 1000)
