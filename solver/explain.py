@@ -10,7 +10,7 @@ unsat core, minimised by deletion, is the explanation.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import z3
@@ -146,21 +146,33 @@ def _nearest_conflicting(adjacency: _Adjacency, p: _PinInfo, pins: list[_PinInfo
             targets.setdefault(q[0], []).append(q)
     if not targets:
         return None
-    start = p[0]
+    found = shortest_path(p[0], lambda x: adjacency.get(x, ()), targets.__contains__)
+    if found is None:
+        return None
+    path, x = found
+    return (x, path, p, targets[x][0])
+
+
+def shortest_path(
+    start: int, neighbours: Callable[[int], Iterable[tuple[int, int]]], goal: Callable[[int], bool]
+) -> tuple[list[tuple[int, int, int]], int] | None:
+    """Breadth-first search from `start` (neighbours: `(element, constraint id)`
+    pairs) to the nearest element where `goal` holds: the edges `(a, b, cid)`
+    walked, in order, and that element; None when no element reached qualifies."""
     prev: dict[int, tuple[int, int] | None] = {start: None}
     queue = deque([start])
     while queue:
         x = queue.popleft()
-        if x in targets:
+        if goal(x):
             path: list[tuple[int, int, int]] = []
             y = x
-            while prev[y] is not None:
-                px, c = prev[y]  # type: ignore[misc]
+            while (step := prev[y]) is not None:
+                px, c = step
                 path.append((px, y, c))
                 y = px
             path.reverse()
-            return (x, path, p, targets[x][0])
-        for y, c in adjacency.get(x, ()):
+            return path, x
+        for y, c in neighbours(x):
             if y not in prev:
                 prev[y] = (x, c)
                 queue.append(y)

@@ -24,7 +24,6 @@ expression's element to the pin that decided its device:
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,7 @@ from relay.traverse import children, post_order, pre_order, rewrite
 from .collect import Collector
 from .domains import DomainSystem
 from .errors import PlanConfigError
-from .explain import short_text
+from .explain import short_text, shortest_path
 
 MAX_ANSWERS = 50
 """Answers per selector; a selector matching more says it was truncated."""
@@ -419,31 +418,6 @@ class _Graph:
             self.pins.setdefault(elem, []).append((vd, cid))
 
 
-def _bfs(
-    start: int, adj: list[list[tuple[int, int]]], goal: Any
-) -> tuple[list[tuple[int, int, int]], int] | None:
-    """Shortest path from `start` to an element where `goal(elem)` holds:
-    the edges `(a, b, cid)` walked and the goal element."""
-    prev: dict[int, tuple[int, int] | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        x = queue.popleft()
-        if goal(x):
-            path: list[tuple[int, int, int]] = []
-            y = x
-            while prev[y] is not None:
-                p, c = prev[y]  # type: ignore[misc]
-                path.append((p, y, c))
-                y = p
-            path.reverse()
-            return path, x
-        for y, c in adj[x]:
-            if y not in prev:
-                prev[y] = (x, c)
-                queue.append(y)
-    return None
-
-
 def _component(start: int, adj: list[list[tuple[int, int]]]) -> set[int]:
     seen = {start}
     queue = [start]
@@ -552,7 +526,7 @@ class Explainer:
             return any(hard[c].hard and vd.device_type is not None for vd, c in g.pins.get(x, ()))
 
         for adj in (g.hard_adj, g.all_adj):
-            found = _bfs(elem, adj, hard_pin)
+            found = shortest_path(elem, adj.__getitem__, hard_pin)
             if found is not None:
                 path, end = found
                 vd, cid = next((v, c) for v, c in g.pins[end] if hard[c].hard and v.device_type is not None)
@@ -588,7 +562,7 @@ class Explainer:
             )
             return [], "default", msg, None
         cid, end, vd = best
-        found = _bfs(elem, g.all_adj, lambda x: x == end)
+        found = shortest_path(elem, g.all_adj.__getitem__, lambda x: x == end)
         assert found is not None
         chain = [self._step(a, b, c) for a, b, c in found[0]]
         src = self._follow_source(end, cid)
