@@ -80,6 +80,7 @@ from .planner import (
     choose_defaults,
     collect,
     front,
+    planned_result,
     presolved_devices,
     resolve_devices,
     rewrite_module,
@@ -1092,15 +1093,7 @@ def optimize(
         nodes=len(ds.parent),
         z3_checked=z3_checked,
     )
-    result = PlanResult(
-        module=out_module,
-        virtual_devices=[v for v in out_module.meta["VirtualDevice"] if isinstance(v, VirtualDevice)],
-        stats=stats,
-        copies=rewriter.copies,
-        functions=summary,
-        expressions_by_device=rewriter.expressions_by_device(),
-        cost=report,
-    )
+    result = planned_result(out_module, stats, rewriter, summary, cost=report)
     if why or record:
         from .why import explain_optimized, planned_roots
 

@@ -702,13 +702,29 @@ def _plan(
         )
         answers = tuple(explainer.answer_selector(s, f"why #{i}") for i, s in enumerate(why))
         log_ = explainer.log() if record else None
+    return planned_result(out_module, stats, rewriter, summary, why=answers, constraints=log_)
+
+
+def planned_result(
+    out_module: Module,
+    stats: PlanStats,
+    rewriter: Rewriter,
+    functions: dict[str, dict[str, Any]],
+    *,
+    cost: CostReport | None = None,
+    why: tuple[WhyResult, ...] = (),
+    constraints: ConstraintLog | None = None,
+) -> PlanResult:
+    """The result of either mode: the rewritten module with its device table,
+    and the copies and per-device expression counts of the rewriter that made it."""
     return PlanResult(
         module=out_module,
         virtual_devices=[v for v in out_module.meta["VirtualDevice"] if isinstance(v, VirtualDevice)],
         stats=stats,
         copies=rewriter.copies,
-        functions=summary,
+        functions=functions,
         expressions_by_device=rewriter.expressions_by_device(),
-        why=answers,
-        constraints=log_,
+        cost=cost,
+        why=why,
+        constraints=constraints,
     )
