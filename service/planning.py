@@ -57,7 +57,7 @@ def timeout_failure(timeout_ms: int, step: str | None = None) -> PlanFailure:
     """The failure of a plan past its time limit (`step`: where it stopped, when known)."""
     where = f" (stopped during {step})" if step else ""
     message = f"planning did not finish within its time limit of {timeout_ms} ms{where}"
-    return PlanFailure(KIND_TIMEOUT, message, f"error: {message}")
+    return PlanFailure.plain(KIND_TIMEOUT, message)
 
 
 def too_large_failure(limit_bytes: int | None) -> PlanFailure:
@@ -67,7 +67,7 @@ def too_large_failure(limit_bytes: int | None) -> PlanFailure:
         f"the module needs more memory than a planning worker may use{limit}; "
         "plan a smaller module (split it into functions planned separately) or raise the limit"
     )
-    return PlanFailure(KIND_TOO_LARGE, message, f"error: {message}")
+    return PlanFailure.plain(KIND_TOO_LARGE, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,11 @@ class PlanFailure(Exception):
 
     def __str__(self) -> str:
         return self.report
+
+    @classmethod
+    def plain(cls, kind: str, message: str) -> PlanFailure:
+        """A failure without locations, reported as `error: <message>`."""
+        return cls(kind, message, f"error: {message}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -210,13 +215,11 @@ def parse_module(job: PlanJob) -> relay.Module:
     except relay.RelayError as err:
         raise _relay_failure(KIND_MALFORMED, err) from None
     except RecursionError:
-        raise PlanFailure(
-            KIND_MALFORMED, "module nests too deeply to read", "error: module nests too deeply to read"
-        ) from None
+        raise PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to read") from None
     except Exception as err:  # a reader bug must not become a 500 for the client
         log.exception("reader failed on client input")
         message = f"could not read the module ({type(err).__name__}: {err})"
-        raise PlanFailure(KIND_MALFORMED, message, f"error: {message}") from None
+        raise PlanFailure.plain(KIND_MALFORMED, message) from None
     return module
 
 
@@ -243,7 +246,7 @@ def build_config(
         )
     except (solver.PlanConfigError, ValueError, TypeError) as err:
         message = str(err)
-        raise PlanFailure(KIND_CONFIG, message, f"error: {message}") from None
+        raise PlanFailure.plain(KIND_CONFIG, message) from None
 
 
 def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
@@ -272,18 +275,16 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         if err.reason == "deadline":
             raise timeout_failure(job.timeout_ms) from None
         message = str(err) or f"solver time limit of {job.timeout_ms} ms exceeded"
-        raise PlanFailure(KIND_TIMEOUT, message, f"error: {message}") from None
+        raise PlanFailure.plain(KIND_TIMEOUT, message) from None
     except solver.PlanConfigError as err:
         message = str(err)
-        raise PlanFailure(KIND_CONFIG, message, f"error: {message}") from None
+        raise PlanFailure.plain(KIND_CONFIG, message) from None
     except relay.RelayError as err:
         # The planner rejecting the module for a reason other than a conflict
         # (e.g. a malformed annotation): the module is at fault, not the server.
         raise _relay_failure(KIND_MALFORMED, err) from None
     except RecursionError:
-        raise PlanFailure(
-            KIND_MALFORMED, "module nests too deeply to plan", "error: module nests too deeply to plan"
-        ) from None
+        raise PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to plan") from None
     t2 = time.perf_counter()
     if job.output_format == "json":
         text = relay.dump_json(result.module)
@@ -342,7 +343,7 @@ def _check_at_selectors(job: PlanJob) -> None:
     selectors = [*job.why, *(c.get("select", {}) for c in job.constraints)]
     if fmt == "json" and any(isinstance(s, dict) and "at" in s for s in selectors):
         message = "'at' selectors need text input; select JSON nodes with {\"node\": ID}"
-        raise PlanFailure(KIND_CONFIG, message, f"error: {message}")
+        raise PlanFailure.plain(KIND_CONFIG, message)
 
 
 def run_plan_safely(job: PlanJob) -> dict[str, Any]:
@@ -357,7 +358,7 @@ def run_plan_safely(job: PlanJob) -> dict[str, Any]:
     except Exception as err:
         log.exception("planning failed unexpectedly")
         message = f"internal error while planning: {type(err).__name__}"
-        return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+        return {"error": PlanFailure.plain(KIND_INTERNAL, message).as_dict()}
 
 
 # --------------------------------------------------------------------------
