@@ -17,6 +17,7 @@ edge has the class `copy`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import subprocess
@@ -126,13 +127,7 @@ class Picture:
     legend: dict[str, str]  # device -> color
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "dot": self.dot,
-            "devices": self.devices,
-            "copies": self.copies,
-            "collapsed": self.collapsed,
-            "legend": self.legend,
-        }
+        return dataclasses.asdict(self)
 
 
 def _bytes(t: Any) -> int | None:

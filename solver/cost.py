@@ -147,12 +147,8 @@ class Estimate:
     span: Span | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "line": self.span.line if self.span is not None else None,
-            "column": self.span.column if self.span is not None else None,
-        }
+        line, column = (None, None) if self.span is None else (self.span.line, self.span.column)
+        return {"kind": self.kind, "message": self.message, "line": line, "column": column}
 
 
 def dim_value(d: Any, assume_dim: int) -> tuple[int, bool]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 import z3
 
 from relay.device import Target, VirtualDevice
 
 from .errors import SolverTimeout
+
+_K = TypeVar("_K")
 
 _FIELDS = ("d", "i", "g", "s")  # device type, id, target, scope
 _MODEL_RE = re.compile(r"\(define-fun (\w+) \(\) Int\s+(\(- \d+\)|\d+)\)")
@@ -37,18 +40,8 @@ class _Codes:
         self.scope_index: dict[str, int] = {}
 
     def values(self, vd: VirtualDevice) -> tuple[int | None, ...]:
-        t = None
-        if vd.target is not None:
-            t = self.target_index.get(vd.target)
-            if t is None:
-                t = self.target_index[vd.target] = len(self.targets)
-                self.targets.append(vd.target)
-        s = None
-        if vd.memory_scope is not None:
-            s = self.scope_index.get(vd.memory_scope)
-            if s is None:
-                s = self.scope_index[vd.memory_scope] = len(self.scopes)
-                self.scopes.append(vd.memory_scope)
+        t = None if vd.target is None else _intern(vd.target, self.target_index, self.targets)
+        s = None if vd.memory_scope is None else _intern(vd.memory_scope, self.scope_index, self.scopes)
         return (vd.device_type, vd.virtual_device_id, t, s)
 
     def device(self, values: tuple[int | None, ...]) -> VirtualDevice:
@@ -56,6 +49,15 @@ class _Codes:
         return VirtualDevice(
             d, i, self.targets[t] if t is not None else None, self.scopes[s] if s is not None else None
         )
+
+
+def _intern(key: _K, index: dict[_K, int], items: list[_K]) -> int:
+    """The code of `key`: its place in `items`, appended on first sight."""
+    code = index.get(key)
+    if code is None:
+        code = index[key] = len(items)
+        items.append(key)
+    return code
 
 
 def check_plan(
