@@ -156,22 +156,15 @@ class PlanOutcome:
     picture: dict[str, Any] | None = None  # service.picture.Picture.to_json() (DOT, not SVG)
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        """The response body: optional fields only where set (timings are sent apart)."""
+        optional = {"explanation": self.explanation, "cost": self.cost, "why": self.why, "picture": self.picture}
+        return {
             "module": self.module,
             "format": self.format,
             "virtual_devices": self.virtual_devices,
             "summary": self.summary,
             "solver": self.solver,
-        }
-        if self.explanation is not None:
-            out["explanation"] = self.explanation
-        if self.cost is not None:
-            out["cost"] = self.cost
-        if self.why is not None:
-            out["why"] = self.why
-        if self.picture is not None:
-            out["picture"] = self.picture
-        return out
+        } | {name: value for name, value in optional.items() if value is not None}
 
 
 # --------------------------------------------------------------------------

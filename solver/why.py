@@ -301,13 +301,9 @@ class Step:
     b: int | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "line": self.line,
-            "column": self.column,
-            "node": self.node,
-        }
+        """The public fields (the union-find elements and constraint id stay internal)."""
+        where = {"line": self.line, "column": self.column, "node": self.node}
+        return {"kind": self.kind, "message": self.message, **where}
 
 
 @dataclass(frozen=True)
