@@ -47,41 +47,34 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
-    p.add_argument("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
-    p.add_argument(
-        "--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table"
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
+    add("--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table")
+    add(
         "--default-device",
         metavar="SPEC",
         default="cuda",
         help="device for anything left free (default cuda)",
     )
-    p.add_argument(
-        "--host-device", metavar="SPEC", default="cpu", help="host device for shape values (default cpu)"
-    )
-    p.add_argument(
+    add("--host-device", metavar="SPEC", default="cpu", help="host device for shape values (default cpu)")
+    add(
         "--constraint",
         metavar="JSON",
         action="append",
         default=[],
         help='request-level pin, e.g. \'{"select": {"op": "nn.dense"}, "device": "cpu"}\' (repeatable)',
     )
-    p.add_argument(
+    add(
         "--timeout-ms",
         metavar="N",
         type=int,
         default=10_000,
         help="time limit for parsing and planning, in ms (default 10000; exit 4 past it)",
     )
-    p.add_argument("--output", metavar="FILE", help="write the planned module here instead of stdout")
-    p.add_argument(
-        "--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON"
-    )
-    p.add_argument(
-        "--explain", action="store_true", help="print devices of globals and inserted copies on stderr"
-    )
-    p.add_argument(
+    add("--output", metavar="FILE", help="write the planned module here instead of stdout")
+    add("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
+    add("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
+    add(
         "--why",
         metavar="SELECTOR",
         action="append",
@@ -89,38 +82,28 @@ def build_parser() -> argparse.ArgumentParser:
         help='why is it on that device? e.g. \'{"node": 12}\', \'{"at": "3:8"}\', \'{"op": "nn.dense"}\' '
         "(repeatable; answers on stderr)",
     )
-    p.add_argument(
-        "--why-format", choices=("text", "json"), default="text", help="format of the --why answers"
-    )
-    p.add_argument(
-        "--picture", metavar="FILE.svg", help="also write a picture of the placement (needs Graphviz dot)"
-    )
-    p.add_argument(
+    add("--why-format", choices=("text", "json"), default="text", help="format of the --why answers")
+    add("--picture", metavar="FILE.svg", help="also write a picture of the placement (needs Graphviz dot)")
+    add(
         "--z3-check",
         action="store_true",
         help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
     )
-    p.add_argument(
+    add(
         "--mode",
         choices=("tvm", "optimize"),
         default="tvm",
         help="tvm (default): TVM PlanDevices' answer; optimize: minimise the predicted run time",
     )
-    p.add_argument(
+    add(
         "--device-profiles",
         metavar="FILE",
         help='optimize: JSON {"cuda": {"peak_gflops": ..., "mem_gbps": ..., "launch_us": ..., '
         '"memory_bytes": ...}, ...} overriding the built-in profiles',
     )
-    p.add_argument(
-        "--op-support",
-        metavar="FILE",
-        help='optimize: JSON {"cuda": {"unsupported": ["nn.lrn", ...]}, ...}',
-    )
-    p.add_argument(
-        "--cost-table", metavar="FILE", help="optimize: measured kernel times from `devplan profile`"
-    )
-    p.add_argument(
+    add("--op-support", metavar="FILE", help='optimize: JSON {"cuda": {"unsupported": ["nn.lrn", ...]}, ...}')
+    add("--cost-table", metavar="FILE", help="optimize: measured kernel times from `devplan profile`")
+    add(
         "--memory-budget",
         metavar="NAME=BYTES",
         action="append",
@@ -143,44 +126,51 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
     s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="port (DEVPLAN_PORT, default 8000)")
-    s.add_argument("--workers", type=int, help="uvicorn worker processes (DEVPLAN_WORKERS, default 1)")
-    s.add_argument("--pool-size", type=int, help="concurrent plans per worker (DEVPLAN_POOL_SIZE)")
-    s.add_argument(
-        "--max-body-bytes", type=int, help="largest request body, else 413 (DEVPLAN_MAX_BODY_BYTES, 32 MiB)"
+    # Flags that override one setting each (service/config.py; the env var and default in the help).
+    serve_settings: tuple[tuple[str, type, str], ...] = (
+        ("--port", int, "port (DEVPLAN_PORT, default 8000)"),
+        ("--workers", int, "uvicorn worker processes (DEVPLAN_WORKERS, default 1)"),
+        ("--pool-size", int, "concurrent plans per worker (DEVPLAN_POOL_SIZE)"),
+        ("--max-body-bytes", int, "largest request body, else 413 (DEVPLAN_MAX_BODY_BYTES, 32 MiB)"),
+        (
+            "--max-inflight-bytes",
+            int,
+            "body bytes held by requests in flight, else 503 (DEVPLAN_MAX_INFLIGHT_BYTES, 128 MiB)",
+        ),
+        (
+            "--max-queued-requests",
+            int,
+            "requests waiting beyond the busy slots, else 503 (DEVPLAN_MAX_QUEUED_REQUESTS, 64)",
+        ),
+        (
+            "--max-connections",
+            int,
+            "uvicorn's limit_concurrency backstop (DEVPLAN_MAX_CONNECTIONS, default from the bounds)",
+        ),
+        (
+            "--worker-memory-bytes",
+            int,
+            (
+                "resident memory per planning worker, else 422 module-too-large; 0: none "
+                "(DEVPLAN_WORKER_MEMORY_BYTES, 1 GiB)"
+            ),
+        ),
+        (
+            "--artifact-max-bytes",
+            int,
+            (
+                "byte quota of stored /compile libraries, least recently used evicted; 0: none "
+                "(DEVPLAN_ARTIFACT_MAX_BYTES, 8 GiB)"
+            ),
+        ),
+        (
+            "--artifact-max-age-s",
+            float,
+            "evict stored libraries unused for this long; 0: never (DEVPLAN_ARTIFACT_MAX_AGE_S, 30 days)",
+        ),
     )
-    s.add_argument(
-        "--max-inflight-bytes",
-        type=int,
-        help="body bytes held by requests in flight, else 503 (DEVPLAN_MAX_INFLIGHT_BYTES, 128 MiB)",
-    )
-    s.add_argument(
-        "--max-queued-requests",
-        type=int,
-        help="requests waiting beyond the busy slots, else 503 (DEVPLAN_MAX_QUEUED_REQUESTS, 64)",
-    )
-    s.add_argument(
-        "--max-connections",
-        type=int,
-        help="uvicorn's limit_concurrency backstop (DEVPLAN_MAX_CONNECTIONS, default from the bounds)",
-    )
-    s.add_argument(
-        "--worker-memory-bytes",
-        type=int,
-        help="resident memory per planning worker, else 422 module-too-large; 0: none "
-        "(DEVPLAN_WORKER_MEMORY_BYTES, 1 GiB)",
-    )
-    s.add_argument(
-        "--artifact-max-bytes",
-        type=int,
-        help="byte quota of stored /compile libraries, least recently used evicted; 0: none "
-        "(DEVPLAN_ARTIFACT_MAX_BYTES, 8 GiB)",
-    )
-    s.add_argument(
-        "--artifact-max-age-s",
-        type=float,
-        help="evict stored libraries unused for this long; 0: never (DEVPLAN_ARTIFACT_MAX_AGE_S, 30 days)",
-    )
+    for flag, kind, text in serve_settings:
+        s.add_argument(flag, type=kind, help=text)
     s.add_argument(
         "--metrics-require-key",
         action="store_true",
