@@ -10,7 +10,8 @@ folds (`d + 0`, `d * 1`, `d / 1`). Mismatches raise `RelationError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -51,41 +52,30 @@ def make(value: int, *like: Dim) -> Dim:
     return value if dtype == "int32" else IntImm(value, dtype)
 
 
-def add(a: Dim, b: Dim) -> Dim:
-    if type(a) is int and type(b) is int:
-        return a + b
+def _fold(a: Dim, b: Dim, op: Callable[[int, int], int], unit: int, commutes: bool) -> Dim:
+    """`a op b` beyond two plain ints: folded where both are constants; `a op
+    unit` is `a` (and `unit op b` is `b` where `op` commutes); otherwise `?`."""
     x, y = const(a), const(b)
     if x is not None and y is not None:
-        return make(x + y, a, b)
-    if y == 0:
+        return make(op(x, y), a, b)
+    if y == unit:
         return a
-    if x == 0:
+    if commutes and x == unit:
         return b
     return ANY
+
+
+# Two plain ints (the common case) are computed in place, without the call.
+def add(a: Dim, b: Dim) -> Dim:
+    return a + b if type(a) is int and type(b) is int else _fold(a, b, operator.add, 0, True)
 
 
 def sub(a: Dim, b: Dim) -> Dim:
-    if type(a) is int and type(b) is int:
-        return a - b
-    x, y = const(a), const(b)
-    if x is not None and y is not None:
-        return make(x - y, a, b)
-    if y == 0:
-        return a
-    return ANY
+    return a - b if type(a) is int and type(b) is int else _fold(a, b, operator.sub, 0, False)
 
 
 def mul(a: Dim, b: Dim) -> Dim:
-    if type(a) is int and type(b) is int:
-        return a * b
-    x, y = const(a), const(b)
-    if x is not None and y is not None:
-        return make(x * y, a, b)
-    if y == 1:
-        return a
-    if x == 1:
-        return b
-    return ANY
+    return a * b if type(a) is int and type(b) is int else _fold(a, b, operator.mul, 1, True)
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
