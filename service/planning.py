@@ -157,14 +157,14 @@ class PlanOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         """The response body: optional fields only where set (timings are sent apart)."""
-        optional = {"explanation": self.explanation, "cost": self.cost, "why": self.why, "picture": self.picture}
+        extra = {"explanation": self.explanation, "cost": self.cost, "why": self.why, "picture": self.picture}
         return {
             "module": self.module,
             "format": self.format,
             "virtual_devices": self.virtual_devices,
             "summary": self.summary,
             "solver": self.solver,
-        } | {name: value for name, value in optional.items() if value is not None}
+        } | {name: value for name, value in extra.items() if value is not None}
 
 
 # --------------------------------------------------------------------------

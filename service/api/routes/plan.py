@@ -25,8 +25,13 @@ log = logging.getLogger("devplan.service")
 # The problems of every route that plans a module (POST /plan, /plan/picture), in
 # the order the OpenAPI document lists them.
 PLAN_PROBLEMS = (
-    problems.MALFORMED_MODULE, problems.REQUEST_TOO_LARGE, problems.PLANNING_CONFLICT,
-    problems.INVALID_CONFIG, problems.VALIDATION_ERROR, problems.INTERNAL_ERROR, problems.OVERLOADED,
+    problems.MALFORMED_MODULE,
+    problems.REQUEST_TOO_LARGE,
+    problems.PLANNING_CONFLICT,
+    problems.INVALID_CONFIG,
+    problems.VALIDATION_ERROR,
+    problems.INTERNAL_ERROR,
+    problems.OVERLOADED,
     problems.SOLVER_TIMEOUT,
 )
 
