@@ -291,19 +291,26 @@ def _apply_op_pins(
             name = rebuilt.op.name
             index = counters[name]
             counters[name] += 1
-            for pin in op_pins:
-                if pin.selector["op"] != name:
-                    continue
-                want = pin.selector.get("index")
-                if want is not None and want != index:
-                    continue
+            hits = [
+                pin
+                for pin in op_pins
+                if pin.selector["op"] == name and pin.selector.get("index", index) == index
+            ]
+            if not hits:
+                return rebuilt
+            first = hits[0]
+            for pin in hits:
                 matched[pin.k] += 1
-                wrapped = on_device(
-                    rebuilt, pin.device, constrain_body=True, constrain_result=False, span=rebuilt.span
-                )
-                kinds[id(wrapped)] = f"constraint #{pin.k}"
-                return wrapped
-            return rebuilt
+                if pin.device != first.device:
+                    raise PlanConfigError(
+                        f"constraints #{first.k} and #{pin.k} pin the same call of {name} "
+                        f"to {device_name(first.device)} and to {device_name(pin.device)}"
+                    )
+            wrapped = on_device(
+                rebuilt, first.device, constrain_body=True, constrain_result=False, span=rebuilt.span
+            )
+            kinds[id(wrapped)] = f"constraint #{first.k}"
+            return wrapped
 
         new = rewrite(func, visit)
         assert isinstance(new, Function)

@@ -130,6 +130,17 @@ def test_op_selector_with_index() -> None:
     assert len(result.copies) == 1
 
 
+def test_repeated_op_pins_agree_or_are_refused() -> None:
+    # The same pin twice (a client that merges pin lists) plans like one pin.
+    once = _plan_with({"select": {"op": "multiply"}, "device": "cpu"})
+    pin = {"select": {"op": "multiply"}, "device": "cpu"}
+    twice = _plan_with(pin, dict(pin))
+    assert relay.structural_equal(once.module, twice.module)
+    # Two pins of one call to different devices name both constraints.
+    with pytest.raises(solver.PlanConfigError, match="#0 and #1"):
+        _plan_with(pin, {"select": {"op": "multiply", "index": 0}, "device": "cuda"})
+
+
 @pytest.mark.parametrize(
     "select",
     [
