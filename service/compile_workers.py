@@ -115,7 +115,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
     if job.run_check:  # a user mistake is found before minutes of compiling
         if not any(gv.name == "main" for gv, _ in module.functions):
             message = "the run check calls @main and the module has none: add @main, or turn run_check off"
-            raise PlanFailure(INVALID_CHECK.slug, message, f"error: {message}")
+            raise PlanFailure.plain(INVALID_CHECK.slug, message)
         try:
             inputs = random_inputs(module["main"])
         except CheckInputError as err:
@@ -167,7 +167,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
 
 def internal_failure(message: str) -> PlanFailure:
     """An unexpected failure; its message goes to the log, never to the client (a 500)."""
-    return PlanFailure(INTERNAL_ERROR.slug, message, f"error: {message}")
+    return PlanFailure.plain(INTERNAL_ERROR.slug, message)
 
 
 def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:

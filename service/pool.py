@@ -69,7 +69,7 @@ def _timeout_result(job: PlanJob) -> dict[str, Any]:
 
 
 def _internal_result(message: str) -> dict[str, Any]:
-    return {"error": PlanFailure(KIND_INTERNAL, message, f"error: {message}").as_dict()}
+    return {"error": PlanFailure.plain(KIND_INTERNAL, message).as_dict()}
 
 
 def tune_malloc() -> None:
