@@ -58,7 +58,15 @@ from .ast import (
     op,
     pattern_vars,
 )
-from .device import Target, VirtualDevice, device_name, device_type_name, parse_target, target_options
+from .device import (
+    Target,
+    VirtualDevice,
+    canonical_device_name,
+    device_name,
+    device_type_name,
+    parse_target,
+    target_options,
+)
 from .equal import structural_equal
 from .infer import TypeInferenceError, Types, infer_types
 from .printer import print_text
@@ -137,6 +145,7 @@ __all__ = [
     "Var",
     "VerifyError",
     "VirtualDevice",
+    "canonical_device_name",
     "children",
     "decode_meta_section",
     "device_copy",

@@ -284,3 +284,14 @@ def device_name(vd: VirtualDevice) -> str:
     if vd.memory_scope is not None:
         extras.append(f"scope {vd.memory_scope}")
     return name + (f" ({', '.join(extras)})" if extras else "")
+
+
+def canonical_device_name(name: str) -> str:
+    """The report name a user-written device name stands for: `cuda:0` is the
+    device `device_name` calls `cuda` (id 0 is the default id), `cpu:0` is `cpu`;
+    any other name (`cuda:1`, `cuda (scope global.texture)`) is returned as it is."""
+    head, sep, rest = name.partition(" ")
+    kind, colon, index = head.partition(":")
+    if colon and index.strip() in ("0", "00") and kind:
+        return kind + sep + rest
+    return name

@@ -59,3 +59,25 @@ def test_device_names() -> None:
     assert device_name(VirtualDevice(None, None, parse_target("cuda"))) == "cuda"
     assert device_name(VirtualDevice()) == "?"
     assert device_name(VirtualDevice(2, 3, None, "global.texture")) == "cuda:3 (scope global.texture)"
+
+
+@pytest.mark.parametrize(
+    ("written", "canonical"),
+    [
+        ("cuda:0", "cuda"),
+        ("cpu:0", "cpu"),
+        ("cuda", "cuda"),
+        ("cuda:1", "cuda:1"),
+        ("cuda:10", "cuda:10"),
+        ("cuda:0 (scope global.texture)", "cuda (scope global.texture)"),
+    ],
+)
+def test_canonical_device_name(written: str, canonical: str) -> None:
+    assert relay.canonical_device_name(written) == canonical
+
+
+def test_canonical_device_name_agrees_with_device_name() -> None:
+    # the name written with an explicit id 0 is the one device_name gives the device
+    for code, kind in ((1, "cpu"), (2, "cuda")):
+        vd = VirtualDevice(device_type=code, virtual_device_id=0)
+        assert relay.canonical_device_name(f"{kind}:0") == relay.device_name(vd)
