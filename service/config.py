@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -110,6 +110,54 @@ class Settings(BaseSettings):
         description="When set, only these tokens may use /compile and /artifacts (comma-separated).",
     )
     metrics_require_key: bool = Field(False, description="Also require an API key for /metrics.")
+    # Build farm (issue 20): docs/farm.md.
+    queue_url: str = Field(
+        "",
+        description="redis://host:6379/0: compile jobs go to an RQ queue on that Redis, run by `devplan "
+        "worker` processes anywhere. Empty: compiles run in this server's own processes.",
+    )
+    queue_name: str = Field("compile", description="The RQ queue compile jobs go to.")
+    artifact_url: str = Field(
+        "",
+        description="s3://bucket/prefix: libraries in an S3-compatible store (boto3's own configuration: "
+        "credentials, region, AWS_ENDPOINT_URL_S3). Empty: the local directory artifact_dir.",
+    )
+    artifact_dir_shared: bool = Field(
+        False, description="artifact_dir is a mount every worker shares (allows queue mode without S3)."
+    )
+    compile_retries: int = Field(
+        2, ge=0, description="Queue mode: how often a job whose worker died is run again before it fails."
+    )
+    job_result_ttl_s: int = Field(
+        86_400, ge=1, description="Queue mode: how long a job's status and report stay in Redis."
+    )
+    worker_heartbeat_s: int = Field(
+        60,
+        ge=1,
+        description="Queue mode: a running job whose worker sent no heartbeat for this long counts as "
+        "abandoned (RQ's worker TTL); it is then retried or failed.",
+    )
+    worker_maintenance_s: int = Field(
+        60,
+        ge=1,
+        description="Queue mode: how often a worker looks for abandoned jobs (RQ's maintenance interval).",
+    )
+    presign_ttl_s: int = Field(
+        900, ge=1, description="S3 backend: lifetime of the presigned URL of GET /artifacts/{id}?redirect=true."
+    )
+
+    @model_validator(mode="after")
+    def _farm_needs_shared_artifacts(self) -> Settings:
+        """Queue mode: every worker must reach the artifacts (S3, or a directory they all mount)."""
+        if self.queue_url and not self.artifact_url and not self.artifact_dir_shared:
+            raise ValueError(
+                "DEVPLAN_QUEUE_URL is set, but the artifact store is a local directory that workers on "
+                "other machines cannot reach: set DEVPLAN_ARTIFACT_URL=s3://bucket/prefix, or "
+                "DEVPLAN_ARTIFACT_DIR_SHARED=1 if DEVPLAN_ARTIFACT_DIR is mounted by every worker"
+            )
+        if self.artifact_url and not self.artifact_url.startswith("s3://"):
+            raise ValueError(f"DEVPLAN_ARTIFACT_URL must be s3://bucket[/prefix], not {self.artifact_url!r}")
+        return self
 
     @property
     def admission_requests(self) -> int:

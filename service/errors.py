@@ -74,6 +74,14 @@ INVALID_CHECK = ErrorKind(
 TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
 COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
+# Build farm (issue 20): the queue (Redis) or the artifact store cannot be reached, a job's
+# worker died more often than DEVPLAN_COMPILE_RETRIES allows, a job was cancelled.
+QUEUE_UNAVAILABLE = ErrorKind("queue-unavailable", 503, "The compile queue (Redis) cannot be reached")
+ARTIFACT_STORE_UNAVAILABLE = ErrorKind(
+    "artifact-store-unavailable", 503, "The artifact store cannot be reached"
+)
+COMPILE_LOST = ErrorKind("compile-lost", 503, "The compile's worker died and its retries ran out")
+COMPILE_CANCELED = ErrorKind("compile-canceled", 409, "The compile job was cancelled")
 # POST /plan/picture without Graphviz.
 PICTURE_UNAVAILABLE = ErrorKind("picture-unavailable", 503, "Graphviz `dot` is not installed on this server")
 
@@ -86,6 +94,7 @@ COMPILE_KINDS: tuple[ErrorKind, ...] = (
     COMPILE_BUSY,
     COMPILE_TIMEOUT,
 )
+FARM_KINDS: tuple[ErrorKind, ...] = (QUEUE_UNAVAILABLE, ARTIFACT_STORE_UNAVAILABLE, COMPILE_LOST, COMPILE_CANCELED)
 ALL_KINDS: tuple[ErrorKind, ...] = (
     MALFORMED_MODULE,
     INVALID_CONFIG,
@@ -102,6 +111,7 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     INTERNAL_ERROR,
     *COMPILE_KINDS,
     PICTURE_UNAVAILABLE,
+    *FARM_KINDS,
 )
 
 BY_SLUG: dict[str, ErrorKind] = {k.slug: k for k in ALL_KINDS}
