@@ -484,6 +484,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
     import uvicorn
 
     from service.config import Settings, get_settings
@@ -520,13 +522,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
+    logging.captureWarnings(True)  # warnings go through the non-blocking log queue too
     uvicorn.run(
         "service.main:app_factory",
         factory=True,
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        log_config=log_config(settings.log_level),
+        log_config=log_config(settings.log_level, settings.log_queue_size),
         access_log=False,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
         limit_concurrency=settings.uvicorn_limit_concurrency,

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="Log level of the JSON logs."
     )
+    log_queue_size: int = Field(
+        1000,
+        ge=1,
+        description="Log records each process holds while its log output (stderr) is blocked; beyond "
+        "them records are dropped and counted (devplan_log_records_dropped_total), never waited for.",
+    )
     graceful_timeout_s: int = Field(
         10, ge=0, description="On SIGTERM, how long uvicorn waits for in-flight requests before closing them."
     )
