@@ -2,9 +2,10 @@
 presolve with Z3 as the solver of record (see docs/device-planning.md)."""
 
 from .config import DeviceSpec, PlanConfig, complete_spec, resolve_device
-from .cost import CostReport, CostTable, DeviceCost, Estimate, cost_key
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
-from .optimize import module_types
+from .optimize.cost_model import CostTable, cost_key
+from .optimize.report import CostReport, DeviceCost
+from .optimize.sizes import Estimate, module_types
 from .planner import PlanResult, PlanStats, plan
 
 __all__ = [

@@ -35,7 +35,7 @@ OPERATOR_SIGNATURES: dict[str, tuple[Any, ...]] = {
     "vm.invoke_tvm_op": ("free", "same", "same", "same"),
     "vm.reshape_tensor": ("same", "host", "same"),
 }
-_SPECIAL_OPS = frozenset({"on_device", "device_copy", *OPERATOR_SIGNATURES})
+SPECIAL_OPS = frozenset({"on_device", "device_copy", *OPERATOR_SIGNATURES})
 _HOST_KINDS = {"memory.alloc_storage", "memory.alloc_tensor", "vm.shape_of", "vm.reshape_tensor"}
 
 
@@ -229,7 +229,7 @@ class Collector:
     def _call(self, call: Call) -> None:
         cd = self.callee_domain(call)
         op = call.op
-        if type(op) is Op and type(cd[-1]) is int and op.name not in _SPECIAL_OPS:  # type: ignore[index]
+        if type(op) is Op and type(cd[-1]) is int and op.name not in SPECIAL_OPS:  # type: ignore[index]
             cid = self._tag("operator", call, op.name)
             shared: int = cd[-1]  # type: ignore[index]
             ds = self.ds

@@ -109,7 +109,7 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
         if found is not None and (best is None or len(found[1]) < len(best[1])):
             best = found
     if best is None:
-        constraints = [_constraint(ds, err.cid, [])]
+        constraints = [constraint_of(ds, err.cid, [])]
         return PlanningConflict(
             f"conflicting devices ({constraints[0].kind} at {constraints[0].location})", constraints
         )
@@ -133,7 +133,7 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
             devices.append(device_name(p_pin[1]))
         if cid == q_pin[2]:
             devices.append(device_name(q_pin[1]))
-        constraints.append(_constraint(ds, cid, devices))
+        constraints.append(constraint_of(ds, cid, devices))
     message = _message(ds, p_pin, q_pin, ordered)
     return PlanningConflict(message, constraints)
 
@@ -240,7 +240,8 @@ def _order(core: Iterable[int], p: int, q: int, path: list[tuple[int, int, int]]
     return out
 
 
-def _constraint(ds: DomainSystem, cid: int, devices: list[str]) -> ConflictConstraint:
+def constraint_of(ds: DomainSystem, cid: int, devices: list[str]) -> ConflictConstraint:
+    """The tracked constraint `cid` as a conflict entry naming `devices`."""
     tag = ds.tags[cid]
     expr = tag.expr
     text = short_text(expr)

@@ -40,12 +40,12 @@ from relay.traverse import children, free_vars, post_order, rewrite
 
 from .collect import Collector, is_optimizable
 from .config import PlanConfig, complete_spec, resolve_device, spec_text
-from .cost import CostReport
 from .deadline import Deadline
 from .domains import DomainSystem, Incompatible
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict
 from .explain import explain_conflict, short_text
 from .normalize import InputConflictCrash, copy_conflicting_inputs, rewrite_on_devices
+from .optimize.report import CostReport
 from .rewrite import Rewriter
 from .shapes import infer_shapes
 from .solve import ModelResult, check_plan

@@ -18,7 +18,7 @@ from relay.device import VirtualDevice, device_name
 from relay.span import Span
 from relay.traverse import children, not_primitive, post_order, with_children
 
-from .collect import _SPECIAL_OPS, Collector
+from .collect import SPECIAL_OPS, Collector
 from .deadline import MASK
 from .domains import FREE, Domain
 from .normalize import maybe_on_device
@@ -179,7 +179,7 @@ class Rewriter:
             return self.memo[id(call.args[0])]
         call_vd = self.dev(call)
         self._count(call_vd)
-        if name is not None and name not in _SPECIAL_OPS:
+        if name is not None and name not in SPECIAL_OPS:
             # Device-polymorphic operator: arguments share the call's device, so
             # only an argument read through a free on_device can need a copy.
             memo = self.memo

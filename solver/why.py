@@ -675,48 +675,13 @@ def explain_optimized(
     planned: Sequence[Expr],
     default: VirtualDevice,
     device_of: Callable[[int], VirtualDevice],
-    optimized: Any,
+    reason: Callable[[int], tuple[str, dict[str, Any]]],
     why: Sequence[Mapping[str, Any]],
     record: bool,
 ) -> Any:
     """`result` (an optimize-mode PlanResult) with its why-answers: pins decide
     as in the TVM mode; any other class was chosen by cost, so its answer gives
-    the predicted time with it on each device and what forbids the others."""
-    from .optimize import budget_violations, evaluate
-
-    problem, weights, solution = optimized.problem, optimized.weights, optimized.solution
-    ds = collector.ds
-    index = {root: c for c, root in enumerate(problem.classes)}
-    base = evaluate(problem, weights, solution.assign)[1]
-
-    def reason(elem: int) -> tuple[str, dict[str, Any]]:
-        c = index.get(ds.find(elem))
-        if c is None:
-            return "no operator or tensor decides it; it takes the default device", {}
-        here = solution.assign[c]
-        times: dict[str, float] = {}
-        forbidden: dict[str, str] = {}
-        for d, name in enumerate(problem.names):
-            if d not in problem.allowed[c]:
-                partial = ds.vd[ds.find(elem)]
-                fits = partial.join(problem.devices[d]) is not None
-                forbidden[name] = "operator support" if fits else "a pin or annotation"
-                continue
-            trial = list(solution.assign)
-            trial[c] = d
-            times[name] = round(evaluate(problem, weights, trial)[1] / 1e6, 6)
-            over = budget_violations(problem, trial)
-            if over and d != here:
-                forbidden[name] = "memory budget of " + ", ".join(problem.names[x] for x, _, _ in over)
-        parts = [f"{n}: {t:.3f} ms" for n, t in times.items()]
-        msg = (
-            f"optimize mode chose {problem.names[here]} (predicted {base / 1e6:.3f} ms); "
-            f"with this class on each device: {', '.join(parts)}"
-        )
-        if forbidden:
-            msg += "; forbidden: " + ", ".join(f"{n} ({why})" for n, why in forbidden.items())
-        return msg, {"predicted_ms": times, "chosen": problem.names[here], "forbidden": forbidden}
-
+    `reason` (the predicted time with it on each device and what forbids the others)."""
     explainer = Explainer(module, collector, planned, default, device_of)
     explainer.cost_reason = reason
     answers = tuple(explainer.answer_selector(s, f"why #{i}") for i, s in enumerate(why))

@@ -1,0 +1,82 @@
+"""The optimize mode's collector: TVM mode's constraints, except that the
+edge between a primitive operator call and each tensor argument is cuttable
+(a `device_copy` when its two ends differ)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from relay.ast import Call, Expr, Op, on_device_props
+from relay.traverse import not_primitive, post_order
+
+from ..collect import SPECIAL_OPS, Collector, is_optimizable
+
+
+def look_through(expr: Expr) -> Expr:
+    """The expression whose device an operator argument has (the rewriter's
+    GetVirtualDevice looks through one `on_device`)."""
+    if type(expr) is Call and type(expr.op) is Op and expr.op.name == "on_device" and len(expr.args) == 1:
+        return expr.args[0]
+    return expr
+
+
+class CutCollector(Collector):
+    """The TVM-mode collector, except that a primitive operator call is not
+    unified with its tensor arguments: the edge is recorded as cuttable."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Whether an argument's edge may be cut; set from the types before collecting.
+        self.is_tensor: Callable[[Expr], bool] = lambda e: True
+        self.op_calls: list[Call] = []
+        self.cut_edges: list[tuple[Call, Expr]] = []  # (operator call, argument looked through on_device)
+
+    def _call(self, call: Call) -> None:
+        op = call.op
+        if type(op) is Op and op.name == "on_device" and len(call.args) == 1:
+            # A result the annotation leaves free meets its body at a copy
+            # point, in both modes: a cuttable edge.
+            super()._call(call)
+            props = on_device_props(call)
+            if props is not None and not props.constrain_result:
+                self.cut_edges.append((call, call.args[0]))
+            return
+        if type(op) is Op and op.name not in SPECIAL_OPS:
+            cd = self.callee_domain(call)
+            shared = cd[-1]  # type: ignore[index]
+            if type(shared) is int:
+                cid = self._tag("operator", call, op.name)
+                ds = self.ds
+                d = self.dom(call)
+                if d != shared:
+                    ds.unify(shared, d, cid)
+                self.op_calls.append(call)
+                for a in call.args:
+                    da = self.dom(a)
+                    if type(da) is int and self.is_tensor(look_through(a)):
+                        self.cut_edges.append((call, look_through(a)))
+                    elif type(da) is int:
+                        ds.union(shared, da, cid)
+                    else:
+                        ds.collapse(shared, da, cid)
+                return
+        super()._call(call)
+
+
+def as_cut(collector: Collector) -> CutCollector:
+    """View a TVM-mode collector as a CutCollector with no cut edges: its
+    operator calls are every primitive operator call it collected."""
+    cut = CutCollector.__new__(CutCollector)
+    cut.__dict__.update(collector.__dict__)
+    nodes = post_order([f for _, f in collector.functions if is_optimizable(f)], enter=not_primitive)
+    calls = [n for n in nodes if type(n) is Call and type(n.op) is Op]
+    cut.op_calls = [c for c in calls if c.op.name not in SPECIAL_OPS]  # type: ignore[attr-defined]
+    # The copy points of the TVM plan besides device_copy calls: annotations
+    # whose result is free (their two classes differ when a copy is needed).
+    cut.cut_edges = []
+    for call in calls:
+        props = on_device_props(call) if call.op.name == "on_device" else None  # type: ignore[attr-defined]
+        if props is not None and not props.constrain_result and len(call.args) == 1:
+            cut.cut_edges.append((call, call.args[0]))
+    return cut

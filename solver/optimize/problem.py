@@ -1,0 +1,492 @@
+"""The optimisation problem over the presolved classes, and how a collected
+module becomes one.
+
+The union-find classes of the hard constraints are the decision variables.
+`build_problem` assembles them in four steps, one function each: kernel costs
+per class (`_kernels`, each call costed by `kernel_costs`), weight bytes
+(`_weight_bytes`), cuttable edges (`_edges`) and each class's allowed devices
+(`_allowed`); input `device_copy` calls with both ends fixed are constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import relay
+from relay.ast import Call, Constant, Expr, Function, Op, TensorType
+from relay.device import VirtualDevice, device_name
+from relay.op_attrs import complete_attrs
+from relay.span import RelayError
+from relay.traverse import not_primitive, post_order
+
+from ..collect import Collector, is_optimizable
+from ..config import PlanConfig
+from ..domains import DomainSystem
+from ..errors import PlanConfigError
+from .cost_model import (
+    CostTable,
+    DeviceProfile,
+    LinkProfile,
+    check_link_names,
+    copy_ns,
+    cost_key,
+    device_profile,
+    kernel_ns,
+    link_profile,
+    op_flops,
+)
+from .cut_collector import CutCollector
+from .sizes import Estimate, Sizes, dtype_bytes
+
+Edge = tuple[int, int, int, int]  # (consumer class, producer class, bytes, uses)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The optimisation problem over the presolved classes.
+
+    Devices are indices into `devices`. `allowed[c]` lists the devices class c
+    may take; `unary[c][d]` its kernel time there (ns); `edges` are
+    (consumer class, producer class, bytes, uses); `links[s][t]` prices a copy
+    (see `edge_ns`). Budgets: `weight_bytes[c]` bytes of parameters and
+    constants in c, `largest[c]` its largest intermediate.
+    """
+
+    devices: list[VirtualDevice]
+    names: list[str]
+    profiles: list[DeviceProfile]
+    links: list[list[LinkProfile | None]]
+    classes: list[int]  # class index -> union-find root
+    allowed: list[list[int]]
+    unary: list[dict[int, int]]
+    ops: list[int]  # operator calls per class
+    pref: list[int]
+    edges: list[Edge]
+    weight_bytes: list[int]
+    largest: list[int]
+    budgets: dict[int, int]
+    fixed_ns: int = 0  # input device_copy calls (fixed both ends)
+    fixed_copies: int = 0
+    fixed_copy_bytes: dict[int, int] = field(default_factory=dict)  # destination -> bytes
+    fixed_copy_ns: dict[int, int] = field(default_factory=dict)  # destination -> ns
+
+    def edge_ns(self, nbytes: int, src: int, dst: int, uses: int) -> int:
+        return _edge_ns(self.links, nbytes, src, dst, uses)
+
+
+def _edge_ns(
+    links: Sequence[Sequence[LinkProfile | None]], nbytes: int, src: int, dst: int, uses: int
+) -> int:
+    link = links[src][dst]
+    assert link is not None
+    return copy_ns(nbytes, link) * uses
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Run time (ns) outweighs copies, which outweigh non-default devices:
+    objective = ns * per_ns + copies * per_copy + non_default, where
+    per_copy > every possible non-default count and per_ns > every possible
+    copies * per_copy + non_default."""
+
+    per_ns: int
+    per_copy: int
+
+    @staticmethod
+    def of(problem: Problem) -> Weights:
+        per_copy = len(problem.classes) + 1
+        copies = sum(e[3] for e in problem.edges)
+        return Weights(per_copy * (copies + 1), per_copy)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """An assignment (class -> device index) with its objective, a lower bound
+    on the optimum, how it was found and how many Z3 variables were used."""
+
+    assign: list[int]
+    objective: int
+    lower: int  # lower bound on the objective
+    method: str
+    variables: int = 0
+
+
+def evaluate(problem: Problem, weights: Weights, assign: Sequence[int]) -> tuple[int, int, int, int]:
+    """(objective, run time ns, copies, bytes copied) of an assignment."""
+    ns = problem.fixed_ns
+    copies = problem.fixed_copies
+    nbytes = sum(problem.fixed_copy_bytes.values())
+    nondefault = 0
+    for c, d in enumerate(assign):
+        ns += problem.unary[c][d]
+        if d != problem.pref[c]:
+            nondefault += 1
+    for u, v, b, uses in problem.edges:
+        du, dv = assign[u], assign[v]
+        if du != dv:
+            ns += problem.edge_ns(b, dv, du, uses)
+            copies += uses
+            nbytes += b * uses
+    return ns * weights.per_ns + copies * weights.per_copy + nondefault, ns, copies, nbytes
+
+
+def budget_violations(problem: Problem, assign: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(device, bytes needed, budget) for every device whose budget the plan exceeds."""
+    out = []
+    for d, budget in problem.budgets.items():
+        need = problem.fixed_copy_bytes.get(d, 0)
+        largest = 0
+        for c, x in enumerate(assign):
+            if x == d:
+                need += problem.weight_bytes[c]
+                largest = max(largest, problem.largest[c])
+        for u, v, b, uses in problem.edges:
+            if assign[u] == d and assign[v] != d:
+                need += b * uses
+        need += largest
+        if need > budget:
+            out.append((d, need, budget))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Building the problem
+
+
+def candidate_devices(
+    ds: DomainSystem, table: Sequence[object], extra: Sequence[VirtualDevice]
+) -> list[VirtualDevice]:
+    """The devices a class may take: the table's and the request's, canonical, once each."""
+    out: list[VirtualDevice] = []
+    for vd in [*table, *extra]:
+        if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
+            c = ds.canonical(vd)
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def fits(partial: VirtualDevice, candidate: VirtualDevice) -> bool:
+    """Whether a class's partial device can become `candidate`."""
+    return partial.join(candidate) == candidate
+
+
+def unsupported_ops(config: PlanConfig, names: Sequence[str]) -> dict[str, frozenset[str]]:
+    """The request's `op_support`: device name -> operators it cannot run."""
+    out: dict[str, frozenset[str]] = {}
+    for name, value in (config.op_support or {}).items():
+        if name not in names:
+            raise PlanConfigError(f"op_support: unknown device {name!r} (devices: {', '.join(names)})")
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"unsupported"}
+            if unknown:
+                raise PlanConfigError(f"op_support.{name}: unknown field(s) {sorted(unknown)}")
+            value = value.get("unsupported", ())
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise PlanConfigError(f"op_support.{name} must list operator names")
+        out[name] = frozenset(value)
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceSetup:
+    """The candidate devices with their names, profiles, links, budgets,
+    measured table and unsupported operators (all from the request)."""
+
+    candidates: list[VirtualDevice]
+    names: list[str]
+    profiles: list[DeviceProfile]
+    links: list[list[LinkProfile | None]]
+    budgets: dict[int, int]
+    table: CostTable
+    unsupported: dict[str, frozenset[str]]
+    assume_dim: int
+
+
+def device_setup(candidates: list[VirtualDevice], config: PlanConfig) -> DeviceSetup:
+    """Read and check the request's per-device settings against the candidates."""
+    names = [device_name(vd) for vd in candidates]
+    if len(set(names)) != len(names):
+        raise PlanConfigError(f"two candidate devices share a name: {names}")
+    profiles = [device_profile(n, vd, config.device_profiles or {}) for n, vd in zip(names, candidates)]
+    for key in config.device_profiles or {}:
+        if key not in names:
+            raise PlanConfigError(f"device_profiles: unknown device {key!r} (devices: {', '.join(names)})")
+    check_link_names(config.links or {}, names)
+    links: list[list[LinkProfile | None]] = [
+        [
+            None
+            if i == j
+            else link_profile(names[i], names[j], candidates[i], candidates[j], config.links or {})
+            for j in range(len(candidates))
+        ]
+        for i in range(len(candidates))
+    ]
+    unsupported = unsupported_ops(config, names)
+    table = CostTable.from_document(config.cost_table)
+    budgets = {i: p.memory_bytes for i, p in enumerate(profiles) if p.memory_bytes is not None}
+    return DeviceSetup(candidates, names, profiles, links, budgets, table, unsupported, config.assume_dim)
+
+
+def kernel_costs(call: Call, sizes: Sizes, setup: DeviceSetup) -> list[int]:
+    """The time (ns) of one primitive operator call on each candidate device:
+    the measured table's entry for its cost key, else the roofline of its
+    FLOPs and bytes moved. (The one place a kernel is costed.)"""
+    name = call.op.name  # type: ignore[attr-defined]
+    arg_types = [sizes.type(a) for a in call.args]
+    out_type = sizes.type(call)
+    key = cost_key(name, arg_types, call.attrs)
+    try:
+        attrs = complete_attrs(name, call.attrs).as_dict()
+    except (RelayError, ValueError, KeyError, TypeError):
+        attrs = call.attrs.as_dict() if call.attrs is not None else {}
+    out_bytes = sizes.of(call)
+    moved = out_bytes + sum(sizes.of(a) for a in call.args)
+    flops = op_flops(name, arg_types, out_type, attrs, setup.assume_dim)
+    if flops is None:
+        itemsize = dtype_bytes(out_type.dtype) if isinstance(out_type, TensorType) else 4
+        flops = max(out_bytes, max((sizes.of(a) for a in call.args), default=0)) // itemsize
+    per_device = []
+    for d, dev_name in enumerate(setup.names):
+        measured = setup.table.lookup(key, dev_name)
+        per_device.append(measured if measured is not None else kernel_ns(flops, moved, setup.profiles[d]))
+    return per_device
+
+
+class _Classes:
+    """Dense class indices for the union-find roots met while building."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.index: dict[int, int] = {}
+        self.roots: list[int] = []
+
+    def of_elem(self, elem: int) -> int:
+        r = self.collector.ds.find(elem)
+        found = self.index.get(r)
+        if found is None:
+            found = self.index[r] = len(self.roots)
+            self.roots.append(r)
+        return found
+
+    def of(self, expr: Expr) -> int:
+        return self.of_elem(self.collector.ds.result_of(self.collector.dom(expr)))
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    unary: dict[int, dict[int, int]]
+    forbidden: dict[int, list[tuple[int, Call]]]  # class -> (device, call without support)
+    per_call: dict[int, list[int]]  # id(call) -> ns per device
+    ops: dict[int, int]
+    largest: dict[int, int]
+
+
+def _kernels(collector: CutCollector, classes: _Classes, sizes: Sizes, setup: DeviceSetup) -> _Kernels:
+    """Each class's summed kernel time per device, operator count, largest
+    result, and the calls a device cannot run."""
+    unary: dict[int, dict[int, int]] = {}
+    forbidden: dict[int, list[tuple[int, Call]]] = {}
+    per_call: dict[int, list[int]] = {}
+    ops: dict[int, int] = {}
+    largest: dict[int, int] = {}
+    for call in collector.op_calls:
+        c = classes.of(call)
+        name = call.op.name  # type: ignore[attr-defined]
+        per_device = kernel_costs(call, sizes, setup)
+        for d, dev_name in enumerate(setup.names):
+            if name in setup.unsupported.get(dev_name, ()):
+                forbidden.setdefault(c, []).append((d, call))
+        per_call[id(call)] = per_device
+        row = unary.setdefault(c, {})
+        for d, ns in enumerate(per_device):
+            row[d] = row.get(d, 0) + ns
+        ops[c] = ops.get(c, 0) + 1
+        largest[c] = max(largest.get(c, 0), sizes.of(call))
+    return _Kernels(unary, forbidden, per_call, ops, largest)
+
+
+def _weight_bytes(
+    collector: CutCollector, classes: _Classes, sizes: Sizes, main: Function | None
+) -> dict[int, int]:
+    """Bytes of @main's parameters and of every constant, per class."""
+    weights: dict[int, int] = {}
+    seen: set[int] = set()
+
+    def add(expr: Expr) -> None:
+        if id(expr) in seen:
+            return
+        seen.add(id(expr))
+        c = classes.of(expr)
+        weights[c] = weights.get(c, 0) + sizes.of(expr)
+
+    if main is not None:
+        for p in main.params:
+            add(p)
+    # Constants at cut edges, then those of hard edges. Both ends of every cut
+    # edge get their class index here, in walk order, so that class numbering
+    # (and with it every tie-break of the solvers) is that of one walk.
+    for call, arg in collector.cut_edges:
+        classes.of(call)
+        classes.of(arg)
+        if isinstance(arg, Constant):
+            add(arg)
+    for call in collector.op_calls:
+        for a in call.args:
+            if isinstance(a, Constant):
+                add(a)
+    return weights
+
+
+def _edges(collector: CutCollector, classes: _Classes, sizes: Sizes) -> list[Edge]:
+    """The cuttable edges between different classes, merged per class pair."""
+    edge_map: dict[tuple[int, int], list[int]] = {}
+    for call, arg in collector.cut_edges:
+        u, v = classes.of(call), classes.of(arg)
+        if u == v:
+            continue
+        entry = edge_map.setdefault((u, v), [0, 0])
+        entry[0] += sizes.of(arg)
+        entry[1] += 1
+    return [(u, v, b, k) for (u, v), (b, k) in edge_map.items()]
+
+
+@dataclass(frozen=True)
+class SupportFailure:
+    """A class no candidate device may take: its pins and annotations leave
+    `fits`, and operator support forbids each of those."""
+
+    cls: int
+    root: int
+    partial: VirtualDevice
+    fits: list[int]
+    forbidden: list[tuple[int, Call]]
+
+
+def _allowed(
+    ds: DomainSystem,
+    roots: Sequence[int],
+    candidates: Sequence[VirtualDevice],
+    forbidden: Mapping[int, list[tuple[int, Call]]],
+    default: VirtualDevice,
+) -> tuple[list[list[int]], list[int], list[SupportFailure]]:
+    """Each class's allowed devices (pins and support), its preferred one
+    (TVM's default where allowed), and the classes left with none."""
+    allowed: list[list[int]] = []
+    pref: list[int] = []
+    failures: list[SupportFailure] = []
+    default_c = ds.canonical(default)
+    for c, r in enumerate(roots):
+        partial = ds.vd[r]
+        fitting = [d for d, vd in enumerate(candidates) if fits(partial, vd)]
+        banned = {d for d, _ in forbidden.get(c, ())}
+        ok = [d for d in fitting if d not in banned]
+        if not ok:
+            failures.append(SupportFailure(c, r, partial, fitting, list(forbidden.get(c, []))))
+            ok = fitting or list(range(len(candidates)))
+        allowed.append(ok)
+        want = next((d for d in ok if candidates[d] == default_c), None)
+        if want is None:
+            want = next((d for d in ok if candidates[d].compatible(default_c)), ok[0])
+        pref.append(want)
+    return allowed, pref, failures
+
+
+@dataclass(frozen=True)
+class _FixedCopies:
+    ns: int = 0
+    copies: int = 0
+    copy_bytes: dict[int, int] = field(default_factory=dict)
+    copy_ns: dict[int, int] = field(default_factory=dict)
+
+
+def _fixed_copies(collector: Collector, setup: DeviceSetup, sizes: Sizes) -> _FixedCopies:
+    """The module's own `device_copy` calls between two candidate devices."""
+    ds = collector.ds
+    candidates = setup.candidates
+    total_ns = copies = 0
+    copy_bytes: dict[int, int] = {}
+    copy_ns_to: dict[int, int] = {}
+    roots = [f for _, f in collector.functions if is_optimizable(f)]
+    for node in post_order(roots, enter=not_primitive):
+        if type(node) is Call and type(node.op) is Op and node.op.name == "device_copy":
+            props = relay.device_copy_props(node)
+            if (
+                props is None
+                or not isinstance(props.src, VirtualDevice)
+                or not isinstance(props.dst, VirtualDevice)
+            ):
+                continue
+            src, dst = ds.canonical(props.src), ds.canonical(props.dst)
+            if src == dst:
+                continue
+            si = next((i for i, vd in enumerate(candidates) if fits(src, vd)), None)
+            di = next((i for i, vd in enumerate(candidates) if fits(dst, vd)), None)
+            if si is None or di is None or si == di:
+                continue
+            b = sizes.of(node.args[0])
+            ns = _edge_ns(setup.links, b, si, di, 1)
+            total_ns += ns
+            copy_ns_to[di] = copy_ns_to.get(di, 0) + ns
+            copies += 1
+            copy_bytes[di] = copy_bytes.get(di, 0) + b
+    return _FixedCopies(total_ns, copies, copy_bytes, copy_ns_to)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built problem with what explaining and reporting it needs."""
+
+    problem: Problem
+    failures: list[SupportFailure]
+    estimates: list[Estimate]
+    sizes: Sizes
+    kernels: dict[int, list[int]]  # id(call) -> ns per device
+
+
+def build_problem(
+    collector: CutCollector,
+    candidates: list[VirtualDevice],
+    default: VirtualDevice,
+    config: PlanConfig,
+    sizes: Sizes,
+    main: Function | None,
+) -> Built:
+    """Classes, allowed devices, costs, edges and budgets of a collected module."""
+    setup = device_setup(candidates, config)
+    classes = _Classes(collector)
+    kernels = _kernels(collector, classes, sizes, setup)
+    weights = _weight_bytes(collector, classes, sizes, main)
+    edges = _edges(collector, classes, sizes)
+    # Every class that appears gets a full row; other classes are read by
+    # `device_of` with the default rule.
+    n = len(classes.roots)
+    allowed, pref, failures = _allowed(collector.ds, classes.roots, candidates, kernels.forbidden, default)
+    unary = []
+    for c in range(n):
+        row = dict(kernels.unary.get(c, {}))
+        for d in range(len(candidates)):
+            row.setdefault(d, 0)
+        unary.append(row)
+    fixed = _fixed_copies(collector, setup, sizes)
+    problem = Problem(
+        devices=candidates,
+        names=setup.names,
+        profiles=setup.profiles,
+        links=setup.links,
+        classes=classes.roots,
+        allowed=allowed,
+        unary=unary,
+        ops=[kernels.ops.get(c, 0) for c in range(n)],
+        pref=pref,
+        edges=edges,
+        weight_bytes=[weights.get(c, 0) for c in range(n)],
+        largest=[kernels.largest.get(c, 0) for c in range(n)],
+        budgets=setup.budgets,
+        fixed_ns=fixed.ns,
+        fixed_copies=fixed.copies,
+        fixed_copy_bytes=fixed.copy_bytes,
+        fixed_copy_ns=fixed.copy_ns,
+    )
+    return Built(problem, failures, sizes.estimates, sizes, kernels.per_call)

@@ -1,0 +1,59 @@
+"""The cost report of an optimize-mode plan: the response's `cost` object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .sizes import Estimate
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """One device's share of a plan."""
+
+    operators: int
+    predicted_ms: float
+    weight_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operators": self.operators,
+            "predicted_ms": self.predicted_ms,
+            "weight_bytes": self.weight_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """The cost of an optimize-mode plan (the response's `cost` object)."""
+
+    predicted_ms: float
+    tvm_mode_predicted_ms: float | None
+    tvm_mode_reason: str | None
+    copies: int
+    bytes_copied: int
+    per_device: Mapping[str, DeviceCost]
+    optimal: bool
+    bound_ms: float
+    solver_ms: float
+    estimates: tuple[Estimate, ...] = ()
+    # how the optimum was found and proven: "z3", "min-cut", "min-cut + z3", "single choice"
+    method: str = "z3"
+    classes: int = 0
+    z3_variables: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "predicted_ms": self.predicted_ms,
+            "tvm_mode_predicted_ms": self.tvm_mode_predicted_ms,
+            "tvm_mode_reason": self.tvm_mode_reason,
+            "copies": self.copies,
+            "bytes_copied": self.bytes_copied,
+            "per_device": {name: dc.to_json() for name, dc in self.per_device.items()},
+            "optimal": self.optimal,
+            "bound_ms": self.bound_ms,
+            "solver_ms": self.solver_ms,
+            "estimates": [e.to_json() for e in self.estimates],
+        }

@@ -1,0 +1,339 @@
+"""The optimize-mode pipeline (issue 11, docs/optimize.md): choose the devices
+that minimise the predicted run time, subject to pins, operator support and
+memory budgets.
+
+The hard constraints are TVM mode's except one: the edge between a primitive
+operator call and each tensor argument is *cuttable* (`cut_collector`). The
+union-find classes are the decision variables of a `Problem` (`problem`),
+solved by `strategies`; the plan is rewritten as in TVM mode and reported
+with its predicted cost and the TVM mode's prediction under the same model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relay.ast import Module
+from relay.device import VirtualDevice
+
+from ..collect import Collector, is_optimizable
+from ..config import PlanConfig
+from ..deadline import Deadline
+from ..errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
+from ..planner import (
+    Laps,
+    PlanResult,
+    PlanStats,
+    choose_defaults,
+    collect,
+    front,
+    planned_result,
+    presolved_devices,
+    resolve_devices,
+    rewrite_module,
+)
+from ..rewrite import Rewriter
+from .cost_model import ns_to_ms
+from .cut_collector import CutCollector, as_cut
+from .explain import budget_conflict, support_conflict
+from .problem import (
+    Built,
+    Problem,
+    Solution,
+    Weights,
+    budget_violations,
+    build_problem,
+    candidate_devices,
+    evaluate,
+    fits,
+)
+from .report import CostReport, DeviceCost
+from .sizes import Sizes, module_types
+from .strategies import solve
+from .z3_encoding import z3_confirm
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """An optimize-mode plan with its problem (for tests and the report)."""
+
+    result: PlanResult
+    problem: Problem
+    solution: Solution
+    weights: Weights
+
+
+def plan_optimize(
+    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+) -> PlanResult:
+    """Plan `module` in optimize mode (docs/optimize.md); `why`/`record` as in `plan`."""
+    return optimize(module, config, why, record).result
+
+
+def optimize(
+    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+) -> Optimized:
+    """Plan `module` in optimize mode; the result with its problem and solution."""
+    if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
+        raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
+    devices = resolve_devices(module, config)
+    deadline = Deadline(config.timeout_ms, config.clock)
+    lap = Laps(deadline)
+    times = lap.times
+    fr = front(module, config, deadline, copy_inputs=False, devices=devices)
+    functions, ds = fr.functions, fr.ds
+    typed = dataclasses.replace(module, functions=tuple(functions), expr=None)
+    type_of, notes = module_types(typed)
+    sizes = Sizes(type_of, config.assume_dim)
+    sizes.estimates.extend(notes)
+    sizes.run([f for _, f in functions if is_optimizable(f)])
+    lap("infer")
+
+    collector = fr.collector(module, deadline, CutCollector)
+    assert isinstance(collector, CutCollector)
+    collector.is_tensor = sizes.is_tensor
+    collect(collector, fr.request_pins)
+    ds.logging = False
+    lap("collect")
+
+    candidates = candidate_devices(ds, devices.table, [devices.default, devices.host])
+    main = next((f for gv, f in functions if gv.name == "main"), None)
+    built = build_problem(collector, candidates, devices.default, config, sizes, main)
+    problem = built.problem
+    lap("build")
+    conflict = support_conflict(ds, built, "device conflict: pins and operator support disagree: ")
+    if conflict is not None:
+        raise conflict
+    weights = Weights.of(problem)
+    solution = solve(problem, weights, deadline)
+    if solution is None:
+        raise budget_conflict(problem, ds, deadline.remaining_ms())
+    lap("solve")
+    z3_checked = solution.method.startswith("z3")
+    if config.z3_check and not z3_checked:
+        variables = z3_confirm(problem, weights, solution, deadline.remaining_ms())
+        solution = dataclasses.replace(solution, variables=variables)
+        z3_checked = True
+        lap("z3")
+
+    chosen = {problem.classes[c]: d for c, d in enumerate(solution.assign)}
+    default_c = ds.canonical(devices.default)
+    free_device: dict[int, VirtualDevice] = {}
+
+    def device_of(elem: int) -> VirtualDevice:
+        r = ds.find(elem)
+        d = chosen.get(r)
+        partial = ds.vd[r]
+        if d is not None:
+            return ds.canonical(partial.join(candidates[d]) or candidates[d])
+        found = free_device.get(r)
+        if found is None:
+            found = free_device[r] = ds.canonical(partial.default_from(default_c))
+        return found
+
+    rewriter = Rewriter(collector, device_of)
+    out_module, summary = rewrite_module(module, functions, rewriter, devices.ref_table, fr.from_expr)
+    lap("rewrite")
+
+    _, ns, copies, nbytes = evaluate(problem, weights, solution.assign)
+    report = _report(problem, solution, weights, built, ns, copies, nbytes, times)
+    started = time.perf_counter()
+    tvm_ms, reason = tvm_mode_prediction(module, config, deadline.remaining_ms())
+    report = dataclasses.replace(report, tvm_mode_predicted_ms=tvm_ms, tvm_mode_reason=reason)
+    times["tvm mode"] = round((time.perf_counter() - started) * 1000, 3)
+    report = dataclasses.replace(report, solver_ms=times.get("solve", 0.0))
+    stats = PlanStats(
+        classes=len(problem.classes),
+        variables=solution.variables,
+        hard_constraints=collector.hard_count,
+        soft_constraints=0,
+        time_ms=times,
+        nodes=len(ds.parent),
+        z3_checked=z3_checked,
+    )
+    result = planned_result(out_module, stats, rewriter, summary, cost=report)
+    if why or record:
+        from ..why import explain_optimized, planned_roots
+        from .explain import cost_reason
+
+        planned = planned_roots(functions, fr.from_expr)
+        result = explain_optimized(
+            result,
+            module,
+            collector,
+            planned,
+            default_c,
+            device_of,
+            cost_reason(problem, weights, solution, ds),
+            why,
+            record,
+        )
+    return Optimized(result, problem, solution, weights)
+
+
+def _report(
+    problem: Problem,
+    solution: Solution,
+    weights: Weights,
+    built: Built,
+    ns: int,
+    copies: int,
+    nbytes: int,
+    times: Mapping[str, float],
+) -> CostReport:
+    per: dict[str, list[int]] = {name: [0, 0, 0] for name in problem.names}
+    for c, d in enumerate(solution.assign):
+        row = per[problem.names[d]]
+        row[0] += problem.ops[c]
+        row[1] += problem.unary[c][d]
+        row[2] += problem.weight_bytes[c]
+    for u, v, b, uses in problem.edges:
+        du, dv = solution.assign[u], solution.assign[v]
+        if du != dv:
+            per[problem.names[du]][1] += problem.edge_ns(b, dv, du, uses)
+    for d, ns_in in problem.fixed_copy_ns.items():
+        per[problem.names[d]][1] += ns_in
+    per_device = {
+        name: DeviceCost(row[0], ns_to_ms(row[1]), row[2])
+        for name, row in per.items()
+        if row[0] or row[1] or row[2]
+    }
+    lower_ns = solution.lower // weights.per_ns
+    seen: set[tuple[str, str, int | None, int | None]] = set()
+    estimates = []
+    for e in built.estimates:
+        key = (e.kind, e.message, e.span.line if e.span else None, e.span.column if e.span else None)
+        if key not in seen:
+            seen.add(key)
+            estimates.append(e)
+    return CostReport(
+        predicted_ms=ns_to_ms(ns),
+        tvm_mode_predicted_ms=None,
+        tvm_mode_reason=None,
+        copies=copies,
+        bytes_copied=nbytes,
+        per_device=per_device,
+        optimal=solution.lower >= solution.objective,
+        bound_ms=ns_to_ms(min(lower_ns, ns)),
+        solver_ms=times.get("solve", 0.0),
+        estimates=tuple(estimates),
+        method=solution.method,
+        classes=len(problem.classes),
+        z3_variables=solution.variables,
+    )
+
+
+def tvm_mode_prediction(
+    module: Module, config: PlanConfig, timeout_ms: int
+) -> tuple[float | None, str | None]:
+    """The TVM mode's plan of the same request under the same cost model, or
+    (None, reason) when that plan conflicts or violates support or budgets, or
+    does not finish in `timeout_ms` (it never fails the optimize plan)."""
+    tvm_config = dataclasses.replace(config, mode="tvm", z3_check=False, timeout_ms=max(1, timeout_ms))
+    try:
+        evaluation = evaluate_planned(module, tvm_config, pins=True)
+    except PlanningConflict as err:
+        return None, f"the TVM mode's plan conflicts or violates operator support: {err}"
+    except SolverTimeout as err:
+        return None, f"the TVM mode's plan did not finish in the time left: {err}"
+    if evaluation.violations:
+        return None, "the TVM mode's plan exceeds the memory budget: " + "; ".join(evaluation.violations)
+    return evaluation.predicted_ms, None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The predicted cost of a fixed placement under the cost model."""
+
+    predicted_ms: float
+    copies: int
+    violations: tuple[str, ...]
+    per_device_ops: Mapping[str, int]
+
+
+def evaluate_planned(planned: Module, config: PlanConfig, pins: bool = False) -> Evaluation:
+    """The predicted cost of the TVM mode's plan of `planned` under `config`'s
+    cost model: for a module the planner wrote (every device explicit), that
+    module's own placement; with `pins`, the request's pins apply too (the
+    TVM-mode prediction of a request). Raises PlanningConflict when the plan
+    conflicts or places an operator on a device without support."""
+    evaluation_config = dataclasses.replace(
+        config, mode="optimize", constraints=config.constraints if pins else ()
+    )
+    problem, assign = optimize_fixed(planned, evaluation_config)
+    weights = Weights.of(problem)
+    _, ns, copies, _ = evaluate(problem, weights, assign)
+    violations = tuple(
+        f"{problem.names[d]} needs {need} bytes, budget {budget}"
+        for d, need, budget in budget_violations(problem, assign)
+    )
+    ops: dict[str, int] = {}
+    for c, d in enumerate(assign):
+        ops[problem.names[d]] = ops.get(problem.names[d], 0) + problem.ops[c]
+    return Evaluation(ns_to_ms(ns), copies, violations, ops)
+
+
+@dataclass(frozen=True)
+class _TvmPlan:
+    collector: Collector
+    device_of: Callable[[int], VirtualDevice]
+    table: list[Any]
+    default: VirtualDevice
+    host: VirtualDevice
+
+
+def _tvm_presolve(module: Module, config: PlanConfig) -> _TvmPlan:
+    """The TVM mode's steps 1-5 (planner.py) without the rewrite: the collector
+    and each class's device."""
+    deadline = Deadline(config.timeout_ms, config.clock)
+    fr = front(module, config, deadline)
+    collector = fr.collector(module, deadline)
+    collect(collector, fr.request_pins)
+    choose_defaults(collector, fr.feats.free_on_device or any(p.kind == "op" for p in fr.devices.pins))
+    devices = fr.devices
+    return _TvmPlan(collector, presolved_devices(fr.ds), devices.table, devices.default, devices.host)
+
+
+def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[int]]:
+    """The problem of a planned module with every class at the device the TVM
+    mode gives it (the module's own annotations decide)."""
+    internals = _tvm_presolve(planned, dataclasses.replace(config, mode="tvm"))
+    device_of: Callable[[int], VirtualDevice] = internals.device_of
+    tvm_collector = internals.collector
+    # Costs over the TVM collector's classes: operator edges are all hard there,
+    # so copies are exactly the module's device_copy calls.
+    typed = dataclasses.replace(planned, functions=tuple(tvm_collector.functions), expr=None)
+    type_of, _ = module_types(typed)
+    sizes = Sizes(type_of, config.assume_dim)
+    sizes.run([f for _, f in tvm_collector.functions if is_optimizable(f)])
+    cut = as_cut(tvm_collector)
+    candidates = candidate_devices(tvm_collector.ds, internals.table, [internals.default, internals.host])
+    main = next((f for gv, f in tvm_collector.functions if gv.name == "main"), None)
+    built = build_problem(cut, candidates, internals.default, config, sizes, main)
+    problem = built.problem
+    conflict = support_conflict(tvm_collector.ds, built, "")
+    if conflict is not None:
+        raise conflict
+    assign = []
+    for c, root in enumerate(problem.classes):
+        vd = device_of(root)
+        d = next(
+            (i for i, cand in enumerate(candidates) if fits(cand, vd) or fits(vd, cand)),
+            problem.allowed[c][0],
+        )
+        assign.append(d)
+    for c, d in enumerate(assign):
+        if d not in problem.allowed[c]:
+            raise PlanningConflict(
+                f"operator support: class {c} on {problem.names[d]}",
+                [
+                    ConflictConstraint(
+                        "operator support", f"placed on {problem.names[d]}", "", None, [problem.names[d]]
+                    )
+                ],
+            )
+    return problem, assign

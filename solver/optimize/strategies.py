@@ -1,0 +1,196 @@
+"""Solving an optimize problem: the exact two-device minimum cut, the budget
+heuristic with its Lagrangian bound, Z3 `Optimize` (weighted MaxSAT) for the
+rest, and the relaxation bound when Z3 runs out of time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import z3
+
+from ..deadline import Deadline
+from ..errors import SolverTimeout
+from .mincut import two_device_cut
+from .problem import Problem, Solution, Weights, budget_violations, evaluate
+from .z3_encoding import encode, read_assignment
+
+
+def _two_devices(problem: Problem) -> tuple[int, int] | None:
+    used = sorted({d for ok in problem.allowed for d in ok})
+    if len(used) > 2:
+        return None
+    if len(used) == 1:
+        return (used[0], used[0])
+    return (used[0], used[1])
+
+
+def _cut(
+    problem: Problem,
+    weights: Weights,
+    pair: tuple[int, int],
+    penalty: Mapping[int, int] | None = None,
+    intermediates: bool = True,
+) -> tuple[int, list[int]]:
+    """The exact two-device optimum by minimum cut, and its value without the
+    problem's constants. `penalty`: an extra cost per byte placed on (weights,
+    copies in, and with `intermediates` each class's largest result) a device,
+    for the budget heuristic and its Lagrangian bound."""
+    d0, d1 = pair
+    unary: list[tuple[int | None, int | None]] = []
+    for c, ok in enumerate(problem.allowed):
+        costs: list[int | None] = []
+        for d in (d0, d1):
+            if d not in ok:
+                costs.append(None)
+                continue
+            v = problem.unary[c][d] * weights.per_ns + (0 if d == problem.pref[c] else 1)
+            if penalty and d in penalty:
+                v += penalty[d] * (problem.weight_bytes[c] + (problem.largest[c] if intermediates else 0))
+            costs.append(v)
+        unary.append((costs[0], costs[1]))
+    pairs = []
+    for u, v, b, uses in problem.edges:
+        # x_v=0 (producer on d0), x_u=1: copy d0->d1; and the reverse.
+        c01 = problem.edge_ns(b, d0, d1, uses) * weights.per_ns + uses * weights.per_copy
+        c10 = problem.edge_ns(b, d1, d0, uses) * weights.per_ns + uses * weights.per_copy
+        if penalty:
+            c01 += penalty.get(d1, 0) * b * uses
+            c10 += penalty.get(d0, 0) * b * uses
+        pairs.append((v, u, c01, c10))
+    value, x = two_device_cut(unary, pairs)
+    return value, [pair[i] for i in x]
+
+
+def _z3_optimize(
+    problem: Problem, weights: Weights, start: Solution | None, deadline: Deadline
+) -> Solution | None:
+    """Z3 Optimize (weighted MaxSAT) with half the time left; None when
+    infeasible. On time-out: the best plan Z3 or the warm start has (its bound
+    is the caller's), or SolverTimeout when there is none."""
+    lines, soft, _, nvars = encode(problem, weights, track=False)
+    ctx = z3.Context()
+    opt = z3.Optimize(ctx=ctx)
+    # Half the time left: the rest is for the rewrite and the TVM-mode prediction.
+    opt.set("timeout", max(1, deadline.remaining_ms() // 2))
+    opt.from_string("\n".join(lines + soft))
+    result = opt.check()
+    if result == z3.unsat:
+        return None
+    if result == z3.sat:
+        assign = read_assignment(opt.model().sexpr(), problem)
+        value = evaluate(problem, weights, assign)[0]
+        return Solution(assign, value, value, "z3", nvars)
+    # Time-out: the best model Z3 has, or the warm start; the bound stays the relaxation's.
+    best = start
+    try:
+        model = opt.model()
+    except z3.Z3Exception:
+        model = None
+    if model is not None:
+        assign = read_assignment(model.sexpr(), problem)
+        if not budget_violations(problem, assign) and all(
+            assign[c] in ok for c, ok in enumerate(problem.allowed)
+        ):
+            value = evaluate(problem, weights, assign)[0]
+            if best is None or value < best.objective:
+                best = Solution(assign, value, start.lower if start else 0, "z3 (time-out)", nvars)
+    if best is None:
+        raise SolverTimeout(
+            f"Z3 found no plan in the time left ({opt.reason_unknown()})", opt.reason_unknown()
+        )
+    return dataclasses.replace(best, variables=nvars, method="z3 (time-out)")
+
+
+def _relaxation_bound(problem: Problem, weights: Weights) -> int:
+    """A lower bound: every class at its cheapest allowed device, no copies."""
+    total = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+    for c, ok in enumerate(problem.allowed):
+        total += min(problem.unary[c][d] * weights.per_ns for d in ok)
+    return total
+
+
+def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | None:
+    """The optimum (or on time-out the best plan and a bound); None if infeasible."""
+    first = [ok[0] for ok in problem.allowed]
+    if all(len(ok) == 1 for ok in problem.allowed):
+        if budget_violations(problem, first):
+            return None
+        value = evaluate(problem, weights, first)[0]
+        return Solution(first, value, value, "single choice")
+    pair = _two_devices(problem)
+    start: Solution | None = None
+    if pair is not None:
+        _, assign = _cut(problem, weights, pair)
+        value = evaluate(problem, weights, assign)[0]
+        if not budget_violations(problem, assign):
+            # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
+            return Solution(assign, value, value, "min-cut")
+        start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
+        if start is not None and start.lower >= start.objective:
+            return start
+    elif not problem.budgets:
+        # Three or more devices: every class at its cheapest device is a plan.
+        cheapest = [min(ok, key=problem.unary[c].__getitem__) for c, ok in enumerate(problem.allowed)]
+        start = Solution(cheapest, evaluate(problem, weights, cheapest)[0], 0, "cheapest")
+    found = _z3_optimize(problem, weights, start, deadline)
+    if found is not None and found.method == "z3 (time-out)" and found.lower == 0:
+        found = dataclasses.replace(found, lower=_relaxation_bound(problem, weights))
+    return found
+
+
+def _budget_heuristic(
+    problem: Problem,
+    weights: Weights,
+    pair: tuple[int, int],
+    relaxed: list[int],
+    lower: int,
+    deadline: Deadline,
+) -> Solution | None:
+    """A plan within the budgets: minimum cuts with a growing price per byte on
+    the devices the relaxation overfills (Lagrangian style). Its bound is the
+    best Lagrangian dual value seen: for a price p >= 0 on the weights and
+    copies placed on device d, min(objective + p * (bytes on d - budget of d))
+    is below every plan within the budget (whose bytes on d fit)."""
+    over = {d for d, _need, _budget in budget_violations(problem, relaxed)}
+    constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+    bound = lower
+
+    def trial(scale: int) -> Solution | None:
+        nonlocal bound
+        deadline.check("optimize")
+        prices = {d: scale for d in over}
+        value, dual_plan = _cut(problem, weights, pair, prices, intermediates=False)
+        fixed = sum(p * (problem.fixed_copy_bytes.get(d, 0) - problem.budgets[d]) for d, p in prices.items())
+        bound = max(bound, value + constant + fixed)
+        _, assign = _cut(problem, weights, pair, prices)
+        # Either cut may fit the budgets (the dual's plan ignores intermediates).
+        fits = [a for a in (dual_plan, assign) if not budget_violations(problem, a)]
+        if not fits:
+            return None
+        best_fit = min(fits, key=lambda a: evaluate(problem, weights, a)[0])
+        return Solution(best_fit, evaluate(problem, weights, best_fit)[0], bound, "min-cut + budget")
+
+    low, high = 0, 1
+    best = trial(high)
+    while best is None and high < 1 << 120:
+        low, high = high, high * 4
+        best = trial(high)
+    # Refine: the smallest price that still fits usually moves the fewest classes.
+    for _ in range(16):
+        if best is None or high - low <= 1:
+            break
+        mid = (low + high) // 2
+        found = trial(mid)
+        if found is None:
+            low = mid
+        else:
+            high = mid
+            if found.objective < best.objective:
+                best = found
+    if best is not None:
+        best = dataclasses.replace(best, lower=min(bound, best.objective))
+        if best.lower == best.objective:
+            best = dataclasses.replace(best, method="min-cut + budget (dual bound)")
+    return best
