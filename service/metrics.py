@@ -11,14 +11,33 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from service.errors import PLAN_OUTCOMES
+from service.logs import dropped_counts
 
 # The *_created series double the output and no dashboard of ours reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
+
+
+class _LogDrops(Collector):
+    """devplan_log_records_dropped_total{process}: read from service.logs at scrape time
+    (logging is process-wide, the registry per app)."""
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(
+            "devplan_log_records_dropped",
+            "Log records dropped because the log output was blocked, by process (web; planning and "
+            "compile workers, as they reported them).",
+            labels=("process",),
+        )
+        for process, count in sorted(dropped_counts().items()):
+            family.add_metric((process,), count)
+        return [family]
 
 
 class Metrics:
@@ -76,6 +95,7 @@ class Metrics:
             ("state",),
             registry=r,
         )
+        r.register(_LogDrops())
         for reason in ("requests", "bytes"):
             self.admission_rejections.labels(reason)
         for outcome in PLAN_OUTCOMES:
