@@ -171,7 +171,10 @@ def internal_failure(message: str) -> PlanFailure:
 
 
 def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:
-    """The worker process: send {"ok": result} or {"error": failure}; never raise."""
+    """The worker process: send {"ok": result} or {"error": failure}; never raise.
+    The answer also carries the log records this process dropped (see _process_main)."""
+    from service.logs import take_unreported_drops
+
     try:
         result: dict[str, Any] = {"ok": compile_request(job)}
     except PlanFailure as failure:
@@ -181,11 +184,32 @@ def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) ->
         result = {"error": internal_failure(f"{type(exc).__name__}: {exc}").as_dict()}
     if "error" in result:
         Path(job.library).unlink(missing_ok=True)
+    dropped = take_unreported_drops()
+    if dropped:
+        result[LOG_DROPS_KEY] = dropped
     conn.send(result)
     conn.close()
 
 
 Target = Callable[[CompileJob, multiprocessing.connection.Connection], None]
+
+# The key of a compile answer that carries the worker's dropped log records.
+LOG_DROPS_KEY = "log_records_dropped"
+
+
+def _process_main(
+    target: Target,
+    job: CompileJob,
+    conn: multiprocessing.connection.Connection,
+    log_level: int,
+    log_queue_size: int,
+) -> None:
+    """The compile process: the web process's JSON logging through this process's own
+    bounded queue (so TVM's minutes of work never wait on a blocked stderr), then `target`."""
+    from service.logs import configure
+
+    configure(logging.getLevelName(log_level).lower(), log_queue_size)
+    target(job, conn)
 
 
 class CompileRun:
@@ -195,7 +219,15 @@ class CompileRun:
         ctx = multiprocessing.get_context("spawn")
         self.job = job
         self._receiver, sender = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=target, args=(job, sender), daemon=True, name="devplan-compile")
+        from service.logs import queue_size
+
+        level = logging.getLogger("devplan").getEffectiveLevel()
+        self.proc = ctx.Process(
+            target=_process_main,
+            args=(target, job, sender, level, queue_size()),
+            daemon=True,
+            name="devplan-compile",
+        )
         self._poll: asyncio.Future[bool] | None = None
         self.proc.start()
         sender.close()
@@ -215,6 +247,9 @@ class CompileRun:
             self.proc.join(5)
             failure = internal_failure(f"the compiler process died (exit code {self.proc.exitcode})")
             answer = {"error": failure.as_dict()}
+        from service.logs import note_worker_drops
+
+        note_worker_drops("compile", answer.pop(LOG_DROPS_KEY, 0))
         return answer
 
     def stop(self) -> None:

@@ -85,14 +85,14 @@ class _Sink:
     the thread logs how many were dropped meanwhile.
     """
 
-    def __init__(self, queue_size: int) -> None:
+    def __init__(self, queue_size: int, stream: Any = None) -> None:
         self.queue_size = max(1, queue_size)
         self.queue: queue.Queue[str] = queue.Queue(self.queue_size)
         self._lock = threading.Lock()
         self.dropped = 0  # records dropped in this process since it started
         self._announced = 0  # drops already written as a "records dropped" line
         self._unreported = 0  # drops not yet handed to the web process (workers)
-        self._stream = sys.stderr
+        self._stream = stream if stream is not None else sys.stderr
         self._fd = _fileno(self._stream)
         self._thread = threading.Thread(target=self._drain, name="devplan-log-writer", daemon=True)
         self._thread.start()

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from service.logs import note_worker_drops, queue_size
 from service.planning import (
     KIND_INTERNAL,
     KIND_TOO_LARGE,
@@ -103,17 +104,23 @@ def resident_bytes(pid: int) -> int | None:
         return None
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) -> None:
+# The key of a worker's answer that carries its dropped log records to the web process.
+LOG_DROPS_KEY = "log_records_dropped"
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, log_level: str, log_queue_size: int) -> None:
     """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF.
 
     After a MemoryError the worker answers and exits, so the pool replaces it
-    with a fresh process rather than trust a heap that ran dry.
+    with a fresh process rather than trust a heap that ran dry. Its logging goes
+    through its own bounded queue (it never blocks on stderr); each answer carries
+    the records it dropped since the last one, for the web process's metric.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and kills us
     tune_malloc()
-    from service.logs import configure, reset_request_id, set_request_id
+    from service.logs import configure, reset_request_id, set_request_id, take_unreported_drops
 
-    configure(log_level)
+    configure(log_level, log_queue_size)
     # Warm up (imports, Z3's first context) so the first real plan pays no start-up;
     # "ready" then also means this process can plan.
     warm = run_plan_safely(PlanJob(module=TINY_MODULE, timeout_ms=30_000, z3_check=True))
@@ -126,20 +133,29 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str) ->
         if job is None:
             return
         token = set_request_id(job.request_id)
+        start = time.perf_counter()
         try:
             result = run_plan_safely(job)
+            log.debug(
+                "plan answered in %.1f ms",
+                (time.perf_counter() - start) * 1000,
+                extra={"outcome": result["error"]["kind"] if "error" in result else "planned"},
+            )
         finally:
             reset_request_id(token)
+        dropped = take_unreported_drops()
+        if dropped:
+            result[LOG_DROPS_KEY] = dropped
         conn.send(result)
         if "error" in result and result["error"]["kind"] == KIND_TOO_LARGE:
             return
 
 
 class _Worker:
-    def __init__(self, ctx: Any, log_level: str) -> None:
+    def __init__(self, ctx: Any, log_level: str, log_queue_size: int) -> None:
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(
-            target=_worker_main, args=(child, log_level), daemon=True, name="devplan-plan"
+            target=_worker_main, args=(child, log_level, log_queue_size), daemon=True, name="devplan-plan"
         )
         self.proc.start()
         child.close()
@@ -214,6 +230,7 @@ class PlanPool:
         self.kind = kind
         self.queue_timeout_s = queue_timeout_s
         self.log_level = log_level
+        self.log_queue_size = queue_size()  # workers hold as many log records as this process
         self.memory_limit_bytes = memory_limit_bytes if kind == "process" else 0
         self.memory_per_input_byte = memory_per_input_byte
         self.respawn_backoff_max_s = respawn_backoff_max_s
@@ -229,7 +246,9 @@ class PlanPool:
         self._baseline_bytes = 0
         self._closed = False
         # Tests swap this to make respawns fail; it builds one started worker or raises RuntimeError.
-        self.worker_factory: Callable[[], _Worker] = lambda: _Worker(self._ctx, self.log_level)
+        self.worker_factory: Callable[[], _Worker] = lambda: _Worker(
+            self._ctx, self.log_level, self.log_queue_size
+        )
 
     def describe(self) -> str:
         return f"{self.kind} x {self.size}"
@@ -465,6 +484,7 @@ class PlanPool:
                 raise _Overrun
             if worker.conn.poll(min(remaining, _MEMORY_POLL_S) if limit else remaining):
                 result: dict[str, Any] = worker.conn.recv()
+                note_worker_drops("planning", result.pop(LOG_DROPS_KEY, 0))
                 return result
             if limit:
                 rss = resident_bytes(worker.proc.pid)

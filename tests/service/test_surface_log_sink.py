@@ -1,0 +1,59 @@
+"""Issue 19: the per-process log sink drops (and counts) instead of blocking, and says so
+once its output drains again."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from service.logs import DroppingQueueHandler, JsonFormatter, _Sink
+
+
+def _read_lines(fd: int, count: int) -> list[dict[str, object]]:
+    """Read from the pipe until `count` whole lines arrived (blocking reads, no clock)."""
+    data = b""
+    while data.count(b"\n") < count:
+        data += os.read(fd, 65536)
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def test_a_blocked_output_drops_records_and_reports_them_when_it_drains() -> None:
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    sink = _Sink(queue_size=3, stream=stream)
+    handler = DroppingQueueHandler(sink)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("devplan.test.sink")
+    logger.propagate = False
+    logger.addHandler(handler)
+    big = "x" * 70_000  # one line larger than the pipe: the writer blocks inside it
+
+    logger.warning(big)
+    while sink.queue.qsize():  # until the writer took the big line (and so is stuck in it)
+        time.sleep(0.001)
+    finished = threading.Event()
+
+    def log_many() -> None:
+        for i in range(200):
+            logger.warning("record %d", i)
+        finished.set()
+
+    threading.Thread(target=log_many).start()
+    assert finished.wait(60), "logging blocked while the output was stalled"
+    assert sink.dropped >= 200 - 3  # the writer holds the big line, the queue 3 more
+    assert sink.take_unreported() == sink.dropped
+    assert sink.take_unreported() == 0
+
+    # Draining the pipe lets the writer finish the big line; right after it, the writer
+    # says how many records it dropped, then writes the queued ones.
+    lines = _read_lines(read_end, 1 + 1 + 3)
+    assert lines[0]["msg"] == big
+    assert [line["msg"] for line in lines[2:]] == ["record 0", "record 1", "record 2"]
+    report = lines[1]
+    assert report["logger"] == "devplan.logs" and report["level"] == "warning"
+    assert report["dropped"] == sink.dropped and str(sink.dropped) in str(report["msg"])
+    stream.close()
+    os.close(read_end)
