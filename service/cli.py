@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("critical", "error", "warning", "info", "debug"),
         help="DEVPLAN_LOG_LEVEL (default info)",
     )
+
+    w = sub.add_parser("worker", help="run a build-farm worker: compile jobs from the Redis queue (needs tvm)")
+    w.add_argument("--queue-url", help="redis://host:6379/0 (DEVPLAN_QUEUE_URL)")
+    w.add_argument("--queues", default=None, help="comma-separated queue names (DEVPLAN_QUEUE_NAME, compile)")
+    w.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    w.add_argument("--name", help="worker name (default: a random id); GET /jobs/{id} shows it")
     return parser
 
 
@@ -537,6 +543,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """`devplan worker`: run compile jobs from the queue until SIGTERM (service/worker.py)."""
+    from service.config import Settings, get_settings
+    from service.logs import log_config
+
+    if args.queue_url:
+        os.environ["DEVPLAN_QUEUE_URL"] = args.queue_url  # the work horses read the same settings
+    get_settings.cache_clear()
+    try:
+        settings = Settings()
+    except Exception as err:  # noqa: BLE001 - pydantic ValidationError: a bad DEVPLAN_* value
+        raise UsageError(f"invalid settings: {err}") from None
+    import logging.config
+
+    logging.config.dictConfig(log_config(settings.log_level, settings.log_queue_size))
+    from service.worker import run_worker
+
+    queues = [q for q in args.queues.split(",") if q] if args.queues else None
+    return run_worker(settings, queues, burst=args.burst, name=args.name)
+
+
 def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> int:
     """Console entry point; returns the exit code (also when called from tests,
     which may inject the `clock` that `--timeout-ms` is measured on)."""
@@ -550,6 +577,8 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
             return cmd_plan(args, clock)
         if args.command == "profile":
             return cmd_profile(args)
+        if args.command == "worker":
+            return cmd_worker(args)
         return cmd_serve(args)
     except UsageError as err:
         sys.stderr.write(f"devplan: error: {err}\n")

@@ -6,6 +6,10 @@ cache key) in `service.artifacts`. Compiles run at most `compile_workers` at a
 time (a request waits up to `queue_timeout_ms` for a slot), each within
 `compile_timeout_s`; a compile whose request is cancelled is killed before its
 slot is released.
+
+With `DEVPLAN_QUEUE_URL` set (the build farm, docs/farm.md) /compile submits a
+job to the queue and waits for it (`_compile_on_queue`), and downloads come from
+the configured artifact backend (S3 or the shared directory).
 """
 
 from __future__ import annotations
@@ -19,13 +23,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from service.api.deps import SettingsDep
+from service.api.routes.jobs import jobs_router
+from service.artifact_store import ArtifactStoreUnavailable
 from service.artifacts import ArtifactStore, cache_key
 from service.compile_workers import CompileJob, CompileRun
 from service.config import Settings
+from service.errors import ARTIFACT_STORE_UNAVAILABLE, COMPILE_LOST, FARM_KINDS
+from service.jobs.http import (
+    RETRY_AFTER_S,
+    artifact_backend,
+    job_payload,
+    job_queue,
+    new_waiter,
+    queue_down,
+    store_down,
+    wait_for,
+)
+from service.jobs.queue import JobQueue, QueueUnavailable
 from service.logs import current_request_id
 from service.models import CompileReport, CompileRequest, CompileResponse, to_plan_job
 from service.planning import PlanFailure
@@ -43,6 +61,7 @@ from service.problems import (
     VALIDATION_ERROR,
     ProblemError,
     failure_to_problem,
+    problem_response,
     problem_responses,
 )
 
@@ -120,6 +139,7 @@ def _response(result: dict[str, object], cache_hit: bool) -> CompileResponse:
         INVALID_CONFIG,
         VALIDATION_ERROR,
         *COMPILE_KINDS,
+        *FARM_KINDS,
         SOLVER_TIMEOUT,
         INTERNAL_ERROR,
     ),
@@ -128,7 +148,9 @@ async def compile_module(
     request: Request,
     body: Annotated[CompileRequest, Body(openapi_examples={"two-cpus": COMPILE_EXAMPLE})],
     settings: SettingsDep,
-) -> CompileResponse:
+) -> Any:
+    if settings.queue_url:
+        return await _compile_on_queue(request, body, settings)
     if importlib.util.find_spec("tvm") is None:
         raise ProblemError(TVM_UNAVAILABLE, "apache-tvm is not installed; install the tvm extra")
     store = artifact_store(settings)
@@ -173,21 +195,110 @@ async def compile_module(
     return response
 
 
+def _release_later(queue: JobQueue, job_id: str, waiter: str) -> None:
+    """Withdraw a waiter whose request ended early (cancelled): in a thread, never awaited."""
+    loop = asyncio.get_running_loop()
+
+    def release() -> None:
+        try:
+            queue.release(job_id, waiter)
+        except QueueUnavailable as err:
+            log.warning("could not withdraw from job %s: %s", job_id, err)
+
+    loop.run_in_executor(None, release)
+
+
+async def _compile_on_queue(request: Request, body: CompileRequest, settings: Settings) -> Any:
+    """POST /compile on the farm: a cache hit, or a job (shared with identical requests in
+    flight) waited for up to `compile_timeout_s`; past it our interest is withdrawn (the job
+    is cancelled when nobody else waits on it) and the answer is 504 compile-timeout."""
+    path = request.url.path
+    key = cache_key(body)
+    try:
+        cached = await asyncio.to_thread(artifact_backend(request).lookup, key)
+    except ArtifactStoreUnavailable as err:
+        return store_down(str(err), path)
+    if cached is not None:
+        return CompileResponse.model_validate(cached).model_copy(update={"cache_hit": True})
+    queue = job_queue(request)
+    waiter = new_waiter()
+    try:
+        job_id, _shared = await asyncio.to_thread(queue.submit, key, job_payload(body, settings), waiter)
+    except QueueUnavailable as err:
+        return queue_down(str(err), path)
+    settled = False
+    try:
+        view, timed_out = await wait_for(queue, job_id, settings.compile_timeout_s)
+        settled = True
+    except QueueUnavailable as err:
+        return queue_down(str(err), path)
+    finally:
+        if not settled:  # the client left, or Redis went away: withdraw when possible
+            _release_later(queue, job_id, waiter)
+    if timed_out:
+        try:
+            await asyncio.to_thread(queue.release, job_id, waiter)
+        except QueueUnavailable as err:
+            log.warning("could not withdraw from job %s: %s", job_id, err)
+        raise ProblemError(
+            COMPILE_TIMEOUT, f"compiling did not finish within {settings.compile_timeout_s:g} s (job {job_id})"
+        )
+    if view is None:
+        return problem_response(
+            COMPILE_LOST, f"job {job_id} expired from the queue", path, headers={"Retry-After": str(RETRY_AFTER_S)}
+        )
+    if view.status == "finished" and view.result is not None:
+        return CompileResponse.model_validate(view.result)
+    failure = PlanFailure.from_dict(view.problem or PlanFailure.plain(COMPILE_LOST.slug, "no result").as_dict())
+    error = failure_to_problem(failure)
+    if error.kind.status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return problem_response(error.kind, error.detail, path, headers=headers, **error.extra)
+    raise error
+
+
 @compile_router.get(
     "/artifacts/{artifact_id}",
     operation_id="get_artifact",
     summary="Download a compiled library",
     description="The shared library a /compile produced (load it with `tvm.runtime.load_module` and "
-    "run it on `tvm.relax.VirtualMachine` with the plan's devices).",
+    "run it on `tvm.relax.VirtualMachine` with the plan's devices). With the S3 backend and "
+    "`redirect=true`, a 307 to a presigned URL of the object instead (the local backend ignores it).",
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "The library."},
-        **problem_responses(NOT_FOUND),
+        307: {"description": "redirect=true on the S3 backend: the presigned URL (Location)."},
+        **problem_responses(NOT_FOUND, ARTIFACT_STORE_UNAVAILABLE),
     },
 )
-async def get_artifact(artifact_id: str, settings: SettingsDep) -> StreamingResponse:
+async def get_artifact(
+    request: Request,
+    artifact_id: str,
+    settings: SettingsDep,
+    redirect: Annotated[bool, Query(description="S3 backend: redirect to a presigned URL.")] = False,
+) -> Response:
     if not ARTIFACT_ID.fullmatch(artifact_id):
         raise ProblemError(NOT_FOUND, "artifact ids are 64 lowercase hex digits")
+    if settings.queue_url or settings.artifact_url:
+        store = artifact_backend(request)
+        try:
+            if redirect:
+                url = await asyncio.to_thread(store.presign, artifact_id)
+                if url is not None:
+                    return RedirectResponse(url, status_code=307)
+            download = await asyncio.to_thread(store.open, artifact_id)
+        except ArtifactStoreUnavailable as err:
+            return store_down(str(err), request.url.path)
+        if download is None:
+            raise ProblemError(NOT_FOUND, f"no artifact {artifact_id}")
+        return StreamingResponse(
+            download.chunks,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Length": str(download.size),
+                "Content-Disposition": f'attachment; filename="{artifact_id}.so"',
+            },
+        )
     opened = await asyncio.to_thread(artifact_store(settings).open, artifact_id)
     if opened is None:
         raise ProblemError(NOT_FOUND, f"no artifact {artifact_id}")
@@ -210,3 +321,7 @@ async def get_artifact(artifact_id: str, settings: SettingsDep) -> StreamingResp
             "Content-Disposition": f'attachment; filename="{artifact_id}.so"',
         },
     )
+
+
+# The job API is part of the compile surface (same keys): served wherever /compile is.
+compile_router.include_router(jobs_router)
