@@ -151,6 +151,30 @@ _FLOAT_SUFFIX = {"": "float32", "f": "float32", "f16": "float16", "f32": "float3
 
 # Token kinds after classification.
 EOF = "eof"
+# Tokens quoted in messages are cut to this many characters (issue 19: 10 MB of garbage
+# is one token, and a message is not the place to echo it).
+MAX_EXCERPT_CHARS = 80
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
+
+
+def _excerpt(text: str) -> str:
+    """`text`, or its first MAX_EXCERPT_CHARS - 1 characters and an ellipsis."""
+    return text if len(text) <= MAX_EXCERPT_CHARS else text[: MAX_EXCERPT_CHARS - 1] + "\u2026"
+
+
+class UnclosedBracketError(ParseError):
+    """A `(`, `[` or `{` that was never closed, reported where it should have closed,
+    with the opening bracket's location as a note (`notes`: (message, span) pairs)."""
+
+    def __init__(self, message: str, span: Span | None, note: str, note_span: Span) -> None:
+        super().__init__(message, span)
+        self.notes: tuple[tuple[str, Span], ...] = ((note, note_span),)
+
+    def __str__(self) -> str:
+        out = super().__str__()
+        for note, span in self.notes:
+            out += "\nnote" + str(ParseError(note, span))[len("error") :]
+        return out
 
 
 def parse_text(
@@ -180,7 +204,14 @@ def parse_text(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Parser(source, head, tables, has_section).parse_module()
+        parser = _Parser(source, head, tables, has_section)
+        try:
+            return parser.parse_module()
+        except ParseError as err:
+            better = _bracket_error(parser, err)
+            if better is None:
+                raise
+            raise better from None
     finally:
         if enabled:
             gc.enable()
@@ -250,7 +281,7 @@ class _Parser:
                 if kind in _LEX_ERRORS:
                     message = _LEX_ERRORS[kind]
                     if kind == "error":
-                        message = f"{message} {values[index]!r}"
+                        message = f"{message} {_excerpt(values[index])!r}"
                     self._fail_at(starts[index], message)
         # One more EOF past the end, so `kinds[pos + 1]` (one token of lookahead
         # past a token that is not EOF) needs no bounds check.
@@ -302,7 +333,7 @@ class _Parser:
         kind = self.kinds[index]
         if kind == EOF:
             return "end of input"
-        return f"`{self.values[index]}`"
+        return f"`{_excerpt(self.values[index])}`"
 
     # ---------------------------------------------------------------- token helpers
 
@@ -1025,3 +1056,84 @@ def _unquote(text: str) -> str:
     if "\\" not in body:
         return body
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+
+
+def _bracket_error(parser: _Parser, err: ParseError) -> ParseError | None:
+    """A better error for `err` when an unclosed bracket caused it, else None.
+
+    The parser notices a missing `)` only where the text stops making sense, often
+    lines later (`%0 = add(%x, %x;` is read on as the call's next argument). Scanning
+    the tokens before the error for brackets still open there finds the cause:
+    - a `(` or `[` that a `;` ended the statement inside, on a line before the error:
+      "expected `)`" at that `;`, the line a person fixes;
+    - a `{` still open at a `def` or at the end of input: "expected `}`" there;
+    - otherwise, when the parser was already expecting the innermost open bracket's
+      closer, the same error with the note added.
+    Each comes with a note at the opening bracket. Runs only on errors (one pass).
+    """
+    span = err.span
+    if span is None or span.source is not parser.source:
+        return None
+    line_starts = parser.line_starts
+    if span.line > len(line_starts):
+        return None
+    offset = line_starts[span.line - 1] + span.column - 1
+    kinds, starts = parser.kinds, parser.starts
+    stack: list[int] = []  # token indexes of the brackets open so far
+    ended_inside: dict[int, int] = {}  # open `(`/`[` -> the first `;` directly inside it
+    stop = None  # a `def` inside an open `{`, or the end of input
+    braces = 0  # `{` in the stack
+    for index, kind in enumerate(kinds):
+        if starts[index] >= offset and kind != EOF:
+            if kind == "def" and braces:
+                stop = index
+            break
+        if kind in _CLOSER:
+            stack.append(index)
+            braces += kind == "{"
+        elif kind in (")", "]", "}"):
+            if stack:
+                opener = stack.pop()
+                braces -= kinds[opener] == "{"
+                ended_inside.pop(opener, None)
+        elif kind == ";":
+            if stack and kinds[stack[-1]] != "{" and stack[-1] not in ended_inside:
+                ended_inside[stack[-1]] = index
+        elif kind == EOF or (kind == "def" and braces):
+            stop = index
+            break
+    if not stack:
+        return None
+
+    def note_for(opener: int) -> tuple[str, Span]:
+        return f"the `{kinds[opener]}` opened here is not closed", parser._token_span(opener)
+
+    ended = [(semi, opener) for opener, semi in ended_inside.items() if opener in stack]
+    if ended:
+        semi, opener = min(ended)
+        if parser._line_col(starts[semi])[0] < span.line:
+            closer = _CLOSER[kinds[opener]]
+            return UnclosedBracketError(
+                f"expected `{closer}`, found `;`", parser._token_span(semi), *note_for(opener)
+            )
+    if stop is not None and braces:
+        opener = next(i for i in reversed(stack) if kinds[i] == "{")
+        if kinds[stop] == EOF:
+            where = _end_of_last_line(parser)
+            return UnclosedBracketError("expected `}`, found end of input", where, *note_for(opener))
+        return UnclosedBracketError("expected `}`, found `def`", parser._token_span(stop), *note_for(opener))
+    innermost = stack[-1]
+    if err.message.startswith("expected") and f"`{_CLOSER[kinds[innermost]]}`" in err.message:
+        return UnclosedBracketError(err.message, span, *note_for(innermost))
+    return None
+
+
+def _end_of_last_line(parser: _Parser) -> Span:
+    """Just past the last token of the text (where a missing closer at the end belongs)."""
+    kinds = parser.kinds
+    last = len(kinds) - 1
+    while last > 0 and kinds[last] == EOF:
+        last -= 1
+    end = parser.starts[last] + len(parser.values[last])
+    line, column = parser._line_col(end)
+    return Span(parser.source, line, column, line, column + 1)
