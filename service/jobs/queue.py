@@ -106,10 +106,12 @@ def public_status(rq_status: str, result: dict[str, Any] | None) -> str:
 class JobQueue:
     """The compile queue of one Redis (`Settings.queue_url`)."""
 
-    def __init__(self, settings: Settings, connection: Any = None) -> None:
+    def __init__(self, settings: Settings, connection: Any = None, job_function: str = JOB_FUNCTION) -> None:
+        """`job_function`: the dotted name workers run (tests substitute one that holds)."""
         from rq import Queue
 
         self.settings = settings
+        self.job_function = job_function
         self.redis = connection if connection is not None else connect(settings.queue_url)
         self.queue = Queue(settings.queue_name, connection=self.redis)
         self.key_ttl_s = int((settings.compile_retries + 1) * (settings.compile_timeout_s + 120) + 600)
@@ -157,7 +159,7 @@ class JobQueue:
         s = self.settings
         try:
             self.queue.enqueue(
-                JOB_FUNCTION,
+                self.job_function,
                 dict(payload, key=key),
                 job_id=job_id,
                 description=f"compile {key[:12]}",

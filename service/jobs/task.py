@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from service.artifact_store import ArtifactStoreUnavailable, open_store
-from service.compile_workers import CompileJob, CompileRun
+from service.compile_workers import CompileJob, CompileRun, Target, worker_main
 from service.config import get_settings
 from service.errors import ARTIFACT_STORE_UNAVAILABLE, COMPILE_TIMEOUT
 from service.jobs.queue import forget_inflight
@@ -49,9 +49,12 @@ def compile_response(result: dict[str, Any], cache_hit: bool) -> dict[str, Any]:
     return response.model_dump(mode="json", exclude_none=True)
 
 
-def build(payload: dict[str, Any], job_id: str, on_start: Any = None) -> dict[str, Any]:
+def build(
+    payload: dict[str, Any], job_id: str, on_start: Any = None, target: Target = worker_main
+) -> dict[str, Any]:
     """Compile the payload's request into the artifact store: `{"ok": response}` or
-    `{"error": failure}`. `on_start(pid)` is told the compile process's pid."""
+    `{"error": failure}`. `on_start(pid)` is told the compile process's pid; `target` is
+    the compile process's function (tests hold it)."""
     settings = get_settings()
     store = open_store(settings)
     key = str(payload["key"])
@@ -74,7 +77,7 @@ def build(payload: dict[str, Any], job_id: str, on_start: Any = None) -> dict[st
         plan=plan, targets=targets, cuda_arch=request.cuda_arch, run_check=request.run_check, library=str(scratch)
     )
     timeout_s = float(payload["compile_timeout_s"])
-    run = CompileRun(compile_job)
+    run = CompileRun(compile_job, target)
     try:
         if on_start is not None:
             on_start(run.proc.pid)
@@ -94,7 +97,7 @@ def build(payload: dict[str, Any], job_id: str, on_start: Any = None) -> dict[st
         run.stop()  # kills it if it still runs; removes the scratch library
 
 
-def run_compile_job(payload: dict[str, Any]) -> dict[str, Any]:
+def run_compile_job(payload: dict[str, Any], target: Target = worker_main) -> dict[str, Any]:
     """The RQ job function (see the module docstring)."""
     from rq import get_current_job
 
@@ -109,7 +112,7 @@ def run_compile_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     started = datetime.now(UTC)
     try:
-        outcome = build(payload, job.id, on_start)
+        outcome = build(payload, job.id, on_start, target)
     except Exception as err:  # unexpected: RQ records it and retries (a worker's bug, a lost disk...)
         log.exception("compile job %s failed", job.id)
         raise RuntimeError(f"compile job failed: {type(err).__name__}: {err}") from None

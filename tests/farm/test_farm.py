@@ -1,0 +1,236 @@
+"""The build farm end to end: a real redis-server, real `devplan worker` subprocesses (RQ
+SpawnWorkers), moto's S3 server on loopback, and the API in process (issue 20)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.artifacts import cache_key
+from service.config import Settings
+from service.jobs.queue import JobQueue
+from service.main import create_app
+from service.models import CompileRequest
+from tests.farm.conftest import BUCKET, Farm, alive, wait_until
+from tests.farm.held import GO, HELD
+
+pytestmark = pytest.mark.tvm
+
+_names = itertools.count(1)
+
+
+def tiny(width: int, run_check: bool = False) -> dict[str, Any]:
+    """A two-CPU module (relu on one device, dense on the other); `width` makes its cache key."""
+    return {
+        "module": '#[version = "0.0.5"]\n'
+        f"def @main(%x: Tensor[(2, {width}), float32], %w: Tensor[(4, {width}), float32]) {{\n"
+        "  %0 = nn.relu(%x);\n"
+        "  %1 = on_device(%0, virtual_device=meta[VirtualDevice][0]);\n"
+        "  nn.dense(%1, %w, units=4)\n"
+        "}\n",
+        "virtual_devices": ["cpu:0", "cpu:1"],
+        "default_device": "cpu:1",
+        "host_device": "cpu:0",
+        "targets": {"cpu": "llvm"},
+        "run_check": run_check,
+    }
+
+
+def settings_for(farm: Farm) -> Settings:
+    return Settings(
+        pool_kind="thread",
+        pool_size=1,
+        queue_url=farm.redis.url,
+        artifact_url=f"s3://{BUCKET}/artifacts",
+        compile_timeout_s=180,
+        worker_heartbeat_s=3,
+        worker_maintenance_s=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def api(farm: Farm) -> Iterator[TestClient]:
+    with TestClient(create_app(settings_for(farm)), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def held_api(farm: Farm) -> Iterator[TestClient]:
+    """The API with jobs whose compile process holds until the test pushes a token to GO."""
+    settings = settings_for(farm)
+    app = create_app(settings)
+    app.state.job_queue = JobQueue(settings, job_function="tests.farm.held.held_compile_job")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture()
+def two_workers(farm: Farm) -> list[str]:
+    """Two registered, idle workers (started when fewer are running)."""
+    running = [name for name, proc in farm.workers.items() if proc.poll() is None]
+    while len(running) < 2:
+        name = f"w{next(_names)}"
+        farm.start_worker(name)
+        running.append(name)
+    names = sorted(running[:2])
+    farm.wait_idle(set(names))
+    return names
+
+
+def wait_job(client: TestClient, job_id: str, statuses: tuple[str, ...], timeout_s: float = 180) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/jobs/{job_id}").json()
+        return body if body.get("status") in statuses else None
+
+    result: dict[str, Any] = wait_until(f"job {job_id} in {statuses}", check, timeout_s)
+    return result
+
+
+def next_held_pid(farm: Farm, timeout_s: float = 120) -> int:
+    """Block until a held compile process reports its pid (an event: BLPOP)."""
+    got = farm.connection().blpop([HELD], timeout=timeout_s)
+    assert got is not None, "no compile process started"
+    return int(got[1])
+
+
+def test_six_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
+    submitted = []
+    for width in range(3, 9):
+        response = api.post("/jobs/compile", json=tiny(width))
+        assert response.status_code == 202, response.text
+        assert response.headers["location"] == f"/jobs/{response.json()['id']}"
+        submitted.append(response.json()["id"])
+    finished = [wait_job(api, job_id, ("finished", "failed")) for job_id in submitted]
+    assert [job["status"] for job in finished] == ["finished"] * 6, finished
+    assert {job["worker"] for job in finished} == set(two_workers)
+    for job in finished:
+        assert job["attempts"] == 1
+        assert job["result"]["artifact_id"] == job["result"]["sha256"]
+        assert job["enqueued_at"] <= job["started_at"] <= job["ended_at"]
+    listed = api.get("/jobs", params={"status": "finished"}).json()["jobs"]
+    assert set(submitted) <= {job["id"] for job in listed}
+    # The same request again is a cache hit: a finished job named by the key, nothing enqueued.
+    before = farm.connection().llen("rq:queue:compile")
+    again = api.post("/jobs/compile", json=tiny(3))
+    assert again.status_code == 200 and again.json()["status"] == "finished"
+    assert again.json()["result"]["cache_hit"] is True
+    assert again.json()["id"] == cache_key(CompileRequest.model_validate(tiny(3)))
+    assert farm.connection().llen("rq:queue:compile") == before
+    assert api.get(f"/jobs/{again.json()['id']}").json()["status"] == "finished"
+
+
+def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
+    response = api.post("/compile", json=tiny(11, run_check=True))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    artifact_id = body["artifact_id"]
+    assert body["report"]["check"]["max_abs_error"] < 1e-5
+    download = api.get(f"/artifacts/{artifact_id}")
+    assert download.status_code == 200
+    data = download.content
+    assert hashlib.sha256(data).hexdigest() == artifact_id == body["sha256"]  # the worker's hash of its file
+    assert len(data) == body["size_bytes"]
+    stored = farm.s3().get_object(Bucket=BUCKET, Key=f"artifacts/{artifact_id}.so")["Body"].read()
+    assert stored == data
+    redirect = api.get(f"/artifacts/{artifact_id}", params={"redirect": "true"}, follow_redirects=False)
+    assert redirect.status_code == 307
+    assert httpx.get(redirect.headers["location"]).content == data
+    assert api.get(f"/artifacts/{'0' * 64}").status_code == 404
+
+
+def test_identical_requests_share_one_job(farm: Farm, held_api: TestClient, two_workers: list[str]) -> None:
+    first = held_api.post("/jobs/compile", json=tiny(21))
+    second = held_api.post("/jobs/compile", json=tiny(21))
+    assert first.status_code == second.status_code == 202
+    job_id = first.json()["id"]
+    assert second.json()["id"] == job_id
+    assert second.json()["waiters"] == 2
+    next_held_pid(farm)  # the one compile process of the one job
+    # One of the two withdraws: the other still waits, so the job keeps running.
+    withdrawn = held_api.delete(f"/jobs/{job_id}", params={"waiter": first.json()["waiter"]})
+    assert withdrawn.status_code == 200 and withdrawn.json()["canceled"] is False
+    assert withdrawn.json()["job"]["status"] == "started"
+    farm.connection().rpush(GO, "go")
+    done = wait_job(held_api, job_id, ("finished", "failed", "canceled"))
+    assert done["status"] == "finished", done
+    assert farm.connection().llen(HELD) == 0  # no second compile ran
+
+
+def test_delete_of_a_running_job_kills_its_compile(farm: Farm, held_api: TestClient, two_workers: list[str]) -> None:
+    objects_before = {o["Key"] for o in farm.s3().list_objects_v2(Bucket=BUCKET).get("Contents", [])}
+    submitted = held_api.post("/jobs/compile", json=tiny(31)).json()
+    job_id = submitted["id"]
+    pid = next_held_pid(farm)
+    job = wait_job(held_api, job_id, ("started",))
+    from service.artifact_store import open_store
+
+    scratch = open_store(settings_for(farm)).scratch(job_id)
+    assert scratch.exists()  # the held compile wrote a partial library
+    response = held_api.delete(f"/jobs/{job_id}", params={"waiter": submitted["waiter"]})
+    assert response.status_code == 200 and response.json()["canceled"] is True
+    assert response.json()["job"]["status"] == "canceled"
+    assert response.json()["job"]["problem"]["type"].endswith("/compile-canceled")
+    wait_until(f"compile process {pid} gone", lambda: not alive(pid), 30)
+    wait_until("scratch library removed", lambda: not scratch.exists(), 30)
+    objects_after = {o["Key"] for o in farm.s3().list_objects_v2(Bucket=BUCKET).get("Contents", [])}
+    assert objects_after == objects_before
+    farm.wait_idle({job["worker"]})  # the worker lives on
+
+
+def test_worker_killed_mid_job_the_other_finishes_it(
+    farm: Farm, held_api: TestClient, two_workers: list[str]
+) -> None:
+    job_id = held_api.post("/jobs/compile", json=tiny(41)).json()["id"]
+    pid = next_held_pid(farm)
+    victim = wait_job(held_api, job_id, ("started",))["worker"]
+    survivor = next(name for name in two_workers if name != victim)
+    # The machine dies: worker, work horse and compile process (the horse's process group).
+    horse_group = os.getpgid(pid)
+    farm.workers[victim].send_signal(signal.SIGKILL)
+    os.killpg(horse_group, signal.SIGKILL)
+    farm.workers[victim].wait(10)
+    wait_until(f"compile process {pid} gone", lambda: not alive(pid), 30)
+    # Noticed after the heartbeat TTL; retried on the survivor, which holds again.
+    retry_pid = next_held_pid(farm, timeout_s=60)
+    assert retry_pid != pid
+    farm.connection().rpush(GO, "go")
+    done = wait_job(held_api, job_id, ("finished", "failed", "canceled"))
+    assert done["status"] == "finished", (done, farm.worker_log(survivor))
+    assert done["worker"] == survivor
+    assert done["attempts"] == 2
+    farm.workers.pop(victim)
+
+
+def test_redis_down_is_503_while_plan_works_and_jobs_run_after(
+    farm: Farm, api: TestClient, two_workers: list[str]
+) -> None:
+    farm.redis.stop()
+    try:
+        for response in (
+            api.post("/compile", json=tiny(51)),
+            api.post("/jobs/compile", json=tiny(51)),
+            api.get(f"/jobs/{'a' * 32}"),
+            api.get("/jobs"),
+        ):
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            assert response.json()["type"].endswith("/queue-unavailable")
+            assert int(response.headers["retry-after"]) > 0
+        plan = api.post("/plan", json={"module": tiny(51)["module"], "virtual_devices": ["cpu:0", "cpu:1"]})
+        assert plan.status_code == 200, plan.text
+        metrics = api.get("/metrics").text
+        if "devplan_queue_up" in metrics:  # once the lead registers the farm collector
+            assert "devplan_queue_up 0.0" in metrics
+    finally:
+        farm.redis.start()  # AOF: the queue and the workers' registrations survive
+    response = api.post("/compile", json=tiny(52))
+    assert response.status_code == 200, response.text
+    assert response.json()["cache_hit"] is False
