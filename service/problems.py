@@ -6,7 +6,9 @@ ones included (logged with their traceback, answered without it).
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -72,6 +74,8 @@ __all__ = [
     "VALIDATION_ERROR",
     "ProblemError",
     "ProblemKind",
+    "bounded_body",
+    "bounded_text",
     "failure_to_problem",
     "install_handlers",
     "problem_body",
@@ -102,9 +106,74 @@ class ProblemError(Exception):
         self.extra = extra
 
 
+# Bounds of a problem body (issue 19): whatever the input, a client gets a short answer.
+MAX_TOKEN_CHARS = 80  # a run of non-space characters (a token, an excerpt) in any text
+MAX_TEXT_CHARS = 1000  # any one text (detail, a location's message, ...)
+MAX_LIST_ITEMS = 20  # locations, constraints, errors: the first ones, then `<name>_omitted`
+MAX_PROBLEM_BYTES = 8 * 1024  # the whole body, as sent (UTF-8 JSON): always below this
+ELLIPSIS = "\u2026"
+_LONG_TOKEN = re.compile(rf"\S{{{MAX_TOKEN_CHARS + 1},}}")
+_LISTS = ("locations", "constraints", "errors")
+
+
+def bounded_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """`text` with every token longer than MAX_TOKEN_CHARS cut to that length (ending in an
+    ellipsis), and the whole cut to `limit` characters the same way."""
+    if len(text) > 4 * limit:  # only what can survive is scanned (a message may be megabytes)
+        text = text[: 4 * limit]
+    text = _LONG_TOKEN.sub(lambda m: m.group()[: MAX_TOKEN_CHARS - 1] + ELLIPSIS, text)
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def _bounded_value(value: Any, depth: int = 0) -> Any:
+    """Texts bounded inside a JSON value (problem bodies nest a few levels at most)."""
+    if isinstance(value, str):
+        return bounded_text(value)
+    if depth > 4:  # deeper than any body we build: not worth sending
+        return None
+    if isinstance(value, dict):
+        return {bounded_text(str(k), MAX_TOKEN_CHARS): _bounded_value(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_bounded_value(v, depth + 1) for v in value[:MAX_LIST_ITEMS]]
+    return value
+
+
+def _json_size(body: dict[str, Any]) -> int:
+    return len(json.dumps(body, ensure_ascii=False).encode("utf-8"))
+
+
+def bounded_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with texts bounded and its lists capped at MAX_LIST_ITEMS, each capped list
+    saying how many items it left out (`locations_omitted`, ...); if it is still not
+    below MAX_PROBLEM_BYTES, the lists are halved until it is."""
+    out: dict[str, Any] = {}
+    keep: dict[str, int] = {}
+    for key, value in body.items():
+        if key in _LISTS and isinstance(value, (list, tuple)):
+            keep[key] = len(value)
+            out[key] = list(value)
+        else:
+            out[key] = _bounded_value(value)
+    lists = {key: [_bounded_value(v) for v in out[key][:MAX_LIST_ITEMS]] for key in keep}
+    limit = MAX_LIST_ITEMS
+    while True:
+        for key, total in keep.items():
+            out[key] = lists[key][:limit]
+            omitted = total - len(out[key])
+            out.pop(f"{key}_omitted", None)
+            if omitted:
+                out[f"{key}_omitted"] = omitted
+        if _json_size(out) < MAX_PROBLEM_BYTES:
+            return out
+        if limit == 0:  # many long non-ASCII texts: a tenth of each is still a message
+            return {k: bounded_text(v, MAX_TEXT_CHARS // 10) if isinstance(v, str) else v for k, v in out.items()}
+        limit //= 2
+
+
 def problem_body(kind: ProblemKind, detail: str | None, instance: str | None, **extra: Any) -> dict[str, Any]:
-    """The problem+json object. A 500 carries only type, title, status and request id:
-    whatever detail it had goes to the log (with the request id), never to the client."""
+    """The problem+json object, bounded (see bounded_body). A 500 carries only type, title,
+    status and request id: whatever detail it had goes to the log (with the request id),
+    never to the client."""
     body: dict[str, Any] = {"type": kind.type, "title": kind.title, "status": kind.status}
     if kind.status == 500:
         if detail or extra:
@@ -118,7 +187,7 @@ def problem_body(kind: ProblemKind, detail: str | None, instance: str | None, **
     if rid:
         body["request_id"] = rid
     body.update({k: v for k, v in extra.items() if v is not None})
-    return body
+    return bounded_body(body)
 
 
 def problem_response(
