@@ -209,6 +209,68 @@ def test_worker_killed_mid_job_the_other_finishes_it(
     farm.workers.pop(victim)
 
 
+def test_sigterm_finishes_the_job_a_second_sigterm_requeues_it(
+    farm: Farm, held_api: TestClient, two_workers: list[str]
+) -> None:
+    from rq import Worker
+    from rq.job import Job
+
+    # One SIGTERM: the running job finishes on that worker, then the worker exits 0.
+    job_id = held_api.post("/jobs/compile", json=tiny(61)).json()["id"]
+    next_held_pid(farm)
+    victim = wait_job(held_api, job_id, ("started",))["worker"]
+    farm.workers[victim].send_signal(signal.SIGTERM)
+    worker = Worker.find_by_key(f"rq:worker:{victim}", connection=farm.connection())
+    assert worker is not None
+    wait_until("the warm shutdown to be recorded", lambda: worker.refresh() or worker.shutdown_requested_date)
+    farm.connection().rpush(GO, "go")
+    assert farm.workers[victim].wait(60) == 0
+    done = wait_job(held_api, job_id, ("finished", "failed", "canceled"))
+    assert done["status"] == "finished" and done["worker"] == victim
+    farm.workers.pop(victim)
+
+    # Two SIGTERMs: the job's horse and compile process are killed and the job is requeued
+    # (no retry spent); the other worker runs it.
+    names = [name for name, proc in farm.workers.items() if proc.poll() is None]
+    new = f"w{next(_names)}"
+    farm.start_worker(new)
+    farm.wait_idle({*names, new})
+    job_id = held_api.post("/jobs/compile", json=tiny(62)).json()["id"]
+    pid = next_held_pid(farm)
+    victim = wait_job(held_api, job_id, ("started",))["worker"]
+    survivor = next(name for name in [*names, new] if name != victim)
+    farm.workers[victim].send_signal(signal.SIGTERM)
+    worker = Worker.find_by_key(f"rq:worker:{victim}", connection=farm.connection())
+    assert worker is not None
+    wait_until("the warm shutdown to be recorded", lambda: worker.refresh() or worker.shutdown_requested_date)
+    farm.workers[victim].send_signal(signal.SIGTERM)
+    farm.workers[victim].wait(60)
+    farm.workers.pop(victim)
+    wait_until(f"compile process {pid} gone", lambda: not alive(pid), 30)
+    retry_pid = next_held_pid(farm)
+    assert retry_pid != pid
+    farm.connection().rpush(GO, "go")
+    done = wait_job(held_api, job_id, ("finished", "failed", "canceled"))
+    assert done["status"] == "finished" and done["worker"] == survivor
+    assert done["attempts"] == 2
+    assert Job.fetch(job_id, connection=farm.connection()).retries_left == 2
+
+
+def test_sync_compile_past_its_limit_is_504_and_cancels_the_job(farm: Farm, two_workers: list[str]) -> None:
+    settings = settings_for(farm).model_copy(update={"compile_timeout_s": 1.0})
+    app = create_app(settings)
+    queue = JobQueue(settings, job_function="tests.farm.held.held_compile_job")
+    app.state.job_queue = queue
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/compile", json=tiny(71))
+        assert response.status_code == 504, response.text
+        assert response.json()["type"].endswith("/compile-timeout")
+        job_id = response.json()["detail"].rsplit("job ", 1)[1].rstrip(")")
+        pid = next_held_pid(farm)  # it had started: its compile process is stopped
+        wait_until(f"compile process {pid} gone", lambda: not alive(pid), 30)
+        assert wait_job(client, job_id, ("canceled",))["status"] == "canceled"
+
+
 def test_redis_down_is_503_while_plan_works_and_jobs_run_after(
     farm: Farm, api: TestClient, two_workers: list[str]
 ) -> None:
@@ -234,3 +296,32 @@ def test_redis_down_is_503_while_plan_works_and_jobs_run_after(
     response = api.post("/compile", json=tiny(52))
     assert response.status_code == 200, response.text
     assert response.json()["cache_hit"] is False
+
+
+def test_unreachable_object_store_is_503(farm: Farm, api: TestClient) -> None:
+    import boto3
+    from botocore.config import Config
+
+    from service.artifact_store.s3 import S3Artifacts
+    from tests.farm.conftest import free_port
+
+    dead = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(connect_timeout=1, retries={"max_attempts": 1}),
+    )
+    settings = settings_for(farm)
+    app = create_app(settings)
+    app.state.artifact_backend = S3Artifacts.from_url(settings.artifact_url, client=dead)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for response in (
+            client.post("/compile", json=tiny(81)),
+            client.post("/jobs/compile", json=tiny(81)),
+            client.get(f"/artifacts/{'1' * 64}"),
+        ):
+            assert response.status_code == 503, response.text
+            assert response.json()["type"].endswith("/artifact-store-unavailable")
+            assert "retry-after" in response.headers
