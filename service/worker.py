@@ -68,7 +68,7 @@ class DevplanWorker(SpawnWorker):
         self.kill_horse()
         self.wait_for_horse()
         remove_scratch(job.id)
-        job.refresh()  # the horse's meta (attempts), which the requeue below saves back
+        job.refresh()  # type: ignore[no-untyped-call]  # the horse's meta (attempts), which the requeue below saves back
         queue = Queue(job.origin, connection=self.connection)
         with self.connection.pipeline() as pipe:
             self.cleanup_execution(job, pipeline=pipe, execution=self.execution)
