@@ -234,7 +234,10 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> JSONResponse:
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.kind is OVERLOADED else None
+        # Every 503 is worth retrying (overloaded, not ready, a queue or store away), except a
+        # server without TVM.
+        retry = exc.kind.status == 503 and exc.kind != TVM_UNAVAILABLE
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
         return problem_response(exc.kind, exc.detail, request.url.path, headers=headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)

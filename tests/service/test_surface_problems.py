@@ -104,3 +104,25 @@ def test_bounded_text_cuts_tokens_and_length() -> None:
     assert len(token) == MAX_TOKEN_CHARS and token.endswith("\u2026")
     assert cut.endswith(" here")
     assert len(bounded_text("word " * 100_000)) == 1000
+
+
+def test_every_503_problem_but_tvm_unavailable_says_when_to_retry(make_client: Callable[..., Any]) -> None:
+    from fastapi import FastAPI
+
+    from service.errors import ALL_KINDS, TVM_UNAVAILABLE
+    from service.problems import ProblemError
+
+    kinds = [k for k in ALL_KINDS if k.status == 503]
+    assert TVM_UNAVAILABLE in kinds and len(kinds) > 1
+    with make_client(pool_kind="thread", pool_size=1) as c:
+        app: FastAPI = c.app
+        for kind in kinds:
+
+            async def raise_it(kind: Any = kind) -> None:
+                raise ProblemError(kind, "test")
+
+            app.add_api_route(f"/test-503/{kind.slug}", raise_it)
+        for kind in kinds:
+            r = c.get(f"/test-503/{kind.slug}")
+            assert r.status_code == 503 and r.json()["type"] == kind.type
+            assert ("retry-after" in r.headers) is (kind != TVM_UNAVAILABLE), kind.slug
