@@ -12,13 +12,22 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from relay.device import DEVICE_TYPE_CODES, TARGET_KIND_DEVICE, Target, VirtualDevice, parse_target
+from relay.device import (
+    DEVICE_TYPE_CODES,
+    TARGET_KIND_DEVICE,
+    Target,
+    VirtualDevice,
+    canonical_device_name,
+    parse_target,
+)
 
 from .errors import PlanConfigError
 
 DeviceSpec = str | Mapping[str, Any] | VirtualDevice
+Mode = Literal["tvm", "optimize"]
+MODES: tuple[Mode, ...] = ("tvm", "optimize")
 
 # The target a device type gets when a spec names only the type.
 _DEFAULT_TARGET_KIND: dict[int, str] = {
@@ -54,7 +63,7 @@ class PlanConfig:
     z3_check: bool = False
     # Optimize mode (issue 11, docs/optimize.md): "tvm" reproduces TVM's
     # PlanDevices; "optimize" minimises the predicted run time.
-    mode: str = "tvm"
+    mode: Mode = "tvm"
     # device name ("cpu", "cuda:1") -> operator names it cannot run; the wire
     # form {"unsupported": [...]} is accepted too.
     op_support: Mapping[str, Any] = field(default_factory=dict)
@@ -69,6 +78,73 @@ class PlanConfig:
     # The clock `timeout_ms` is measured on (seconds, monotonic); tests inject
     # one to expire the deadline deterministically.
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A device written `cuda:0` is the device reports call `cuda`: key the
+        # per-device fields by the report names once, here, for every consumer.
+        for name in ("op_support", "device_profiles"):
+            object.__setattr__(self, name, _canonical_keys(getattr(self, name), name))
+        object.__setattr__(self, "links", _canonical_keys(self.links, "links", link=True))
+
+
+def _canonical_keys(mapping: Mapping[str, Any], what: str, link: bool = False) -> Mapping[str, Any]:
+    """`mapping` with its device-name keys (`SRC->DST` for links) in report
+    form; two keys that name one device are a PlanConfigError."""
+    if not mapping:
+        return mapping
+
+    def canonical(key: str) -> str:
+        if link:
+            src, sep, dst = key.partition("->")
+            return canonical_device_name(src) + sep + canonical_device_name(dst) if sep else key
+        return canonical_device_name(key)
+
+    out: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = canonical(key) if isinstance(key, str) else key
+        if name in out:
+            raise PlanConfigError(f"{what}: {written[name]!r} and {key!r} name the same device")
+        out[name] = value
+        written[name] = key
+    return out
+
+
+def check_config(config: PlanConfig) -> None:
+    """What a valid configuration is, checked once before planning (raises
+    PlanConfigError): a known `mode`, a positive integer `timeout_ms` and
+    `assume_dim`, a boolean `z3_check`, `constraints` of the form
+    `{"select": ..., "device": ...}` (selectors and device specs are read
+    with the module's device table, `steps.devices`), and the optimize
+    fields as objects keyed by device name (`op_support` values list operator
+    names or are `{"unsupported": [...]}`). The device names in `op_support`,
+    `device_profiles` and `links`, and the profiles' numbers, are checked
+    against the module's candidate devices when the optimize problem is
+    built (`optimize.problem.device_setup`): they depend on the module."""
+    if config.mode not in MODES:
+        raise PlanConfigError(f"mode must be 'tvm' or 'optimize', got {config.mode!r}")
+    if isinstance(config.timeout_ms, bool) or not isinstance(config.timeout_ms, int) or config.timeout_ms <= 0:
+        raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
+    if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
+        raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
+    if not isinstance(config.z3_check, bool):
+        raise PlanConfigError(f"z3_check must be true or false, got {config.z3_check!r}")
+    for k, entry in enumerate(config.constraints):
+        if not isinstance(entry, Mapping) or "select" not in entry or "device" not in entry:
+            raise PlanConfigError(
+                f"constraint #{k} must be {{'select': {{...}}, 'device': SPEC}}, got {entry!r}"
+            )
+    for name in ("op_support", "device_profiles", "links"):
+        value = getattr(config, name)
+        if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+            raise PlanConfigError(f"{name} must be an object keyed by device name, got {value!r}")
+        if name == "op_support":
+            continue  # each entry's form is read with the devices (`unsupported_ops`)
+        for key, entry in value.items():
+            if not isinstance(entry, Mapping):
+                raise PlanConfigError(f"{name}.{key} must be an object, got {entry!r}")
+    if config.cost_table is not None and not isinstance(config.cost_table, Mapping):
+        raise PlanConfigError("cost_table: expected {'version': 1, 'entries': [...]}")
 
 
 @dataclass(frozen=True)
