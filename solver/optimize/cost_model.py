@@ -1,8 +1,14 @@
 """The optimize mode's cost model (docs/optimize.md): integer nanoseconds per
 kernel and per copy, the cost table and its keys, FLOPs per operator.
 
-A kernel on a device costs `max(FLOPs / peak, bytes moved / bandwidth) +
-launch overhead`; a copy costs `bytes / link bandwidth + link latency`. A
+A kernel on a device costs `max(FLOPs / compute rate, bytes moved / memory
+rate) + launch overhead`, where the rates are the profile's roofline scaled by
+the efficiency of the operator's class (`OP_CLASSES`: TVM's default schedules
+run a convolution far below the peak, an elementwise operator near the
+bandwidth); the built-in efficiencies are fitted to measured builds
+(docs/calibration.md, benchmarks/calibrate.py). A fused `Primitive` function is
+one kernel: its body's FLOPs, its own inputs and output, one launch
+(`KernelWork`). A copy costs `bytes / link bandwidth + link latency`. A
 measured cost table (`devplan profile`) replaces the roofline wherever it has
 an entry for the kernel's `cost_key` and device. FLOPs come from one table,
 `FLOP_RULES`, from operator name to a formula over the call's types.
@@ -18,7 +24,8 @@ from typing import Any
 from relay.ast import Attrs, IntImm, TensorType, TupleType, Type
 from relay.device import VirtualDevice
 from relay.infer.types import type_text as relay_type_text
-from relay.op_attrs import non_default_fields
+from relay.op_attrs import complete_attrs, non_default_fields
+from relay.span import RelayError
 
 from ..errors import PlanConfigError
 from .sizes import dim_value, elements
@@ -27,14 +34,45 @@ PROFILE_FIELDS = ("peak_gflops", "mem_gbps", "launch_us", "memory_bytes")
 LINK_FIELDS = ("gbps", "latency_us")
 
 
+OP_CLASSES = ("conv", "depthwise conv", "dense", "elementwise", "pooling", "reduction", "data movement")
+"""The operator classes a profile rates separately (`op_class`)."""
+
+
+@dataclass(frozen=True)
+class ClassRate:
+    """How fast one operator class runs on a device, as fractions of the
+    profile's roofline: `compute` of `peak_gflops`, `memory` of `mem_gbps`.
+    `saturation` is the output size (elements) a kernel of the class needs to
+    reach that rate; a smaller one runs proportionally slower (a GPU with too
+    few threads busy). 0: every size runs at the full rate."""
+
+    compute: float = 1.0
+    memory: float = 1.0
+    saturation: int = 0
+
+
+FULL_RATE = ClassRate()
+"""The plain roofline: a class the profile does not rate."""
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
-    """Roofline parameters of one device; `memory_bytes` None means no budget."""
+    """Roofline parameters of one device, per-class efficiencies (`classes`;
+    a class not listed runs at the full roofline) and `memory_bytes` (None
+    means no budget)."""
 
     peak_gflops: float
     mem_gbps: float
     launch_us: float
     memory_bytes: int | None = None
+    classes: tuple[tuple[str, ClassRate], ...] = ()
+
+    def rate(self, op_class: str) -> ClassRate:
+        """The efficiencies of `op_class` on this device."""
+        for name, rate in self.classes:
+            if name == op_class:
+                return rate
+        return FULL_RATE
 
 
 @dataclass(frozen=True)
@@ -45,13 +83,45 @@ class LinkProfile:
     latency_us: float
 
 
-# Built-in profiles by target kind. The CPU numbers are those of TVM's default
-# llvm schedules on a server core pair rather than the hardware's peak; the GPU
-# numbers are a data-centre part's (H100/H200 class) sustained rates. Both are
-# meant to be overridden per request or replaced by a measured cost table.
+# Built-in profiles by target kind, fitted by benchmarks/calibrate.py
+# (docs/calibration.md has the method and the measurements). llvm: TVM 0.27's
+# default llvm schedules measured kernel by kernel on the 2-core AMD EPYC
+# development box (2026-12-01); the launch is one Relax VM call of a trivial
+# kernel. cuda: fitted to the H200 runs of the bridge's all-GPU builds (dlight
+# default schedules) of issue 17: a convolution at 1.4% of the 20 TFLOP/s base
+# once it has 55k outputs (proportionally slower below), a depthwise one no
+# slower than on the CPU (the fit's floor); memory-bound classes at the 2 TB/s
+# base. A compute or memory
+# efficiency of 4.0 is the fit's ceiling: that side never limits the class.
 BUILTIN_PROFILES: dict[str, DeviceProfile] = {
-    "llvm": DeviceProfile(peak_gflops=50.0, mem_gbps=20.0, launch_us=2.0),
-    "cuda": DeviceProfile(peak_gflops=20_000.0, mem_gbps=2_000.0, launch_us=5.0),
+    "llvm": DeviceProfile(
+        peak_gflops=50.0,
+        mem_gbps=50.0,
+        launch_us=1.4,
+        classes=(
+            ("conv", ClassRate(0.125, 4.0)),
+            ("data movement", ClassRate(4.0, 1.09)),
+            ("dense", ClassRate(0.0263, 0.0573)),
+            ("depthwise conv", ClassRate(0.42, 0.25)),
+            ("elementwise", ClassRate(0.229, 1.83)),
+            ("pooling", ClassRate(0.21, 0.5)),
+            ("reduction", ClassRate(4.0, 0.0682)),
+        ),
+    ),
+    "cuda": DeviceProfile(
+        peak_gflops=20_000.0,
+        mem_gbps=2_000.0,
+        launch_us=5.0,
+        classes=(
+            ("conv", ClassRate(0.0143, 1.0, 55_000)),
+            ("data movement", ClassRate(1.0, 1.0)),
+            ("dense", ClassRate(0.0143, 1.0)),
+            ("depthwise conv", ClassRate(0.00105, 1.0)),
+            ("elementwise", ClassRate(1.0, 1.0)),
+            ("pooling", ClassRate(1.0, 1.0)),
+            ("reduction", ClassRate(1.0, 1.0)),
+        ),
+    ),
 }
 # A device of any other kind is costed as the fallback.
 FALLBACK_PROFILE = BUILTIN_PROFILES["llvm"]
@@ -91,7 +161,11 @@ def device_profile(name: str, vd: VirtualDevice, overrides: Mapping[str, Mapping
         raise PlanConfigError(f"device_profiles.{name}: peak_gflops and mem_gbps must be positive")
     if values["memory_bytes"] is not None:
         values["memory_bytes"] = int(values["memory_bytes"])
-    return DeviceProfile(**values)
+    # The class efficiencies are fractions of the built-in rates: a request
+    # that states its own rates states what its kernels get (a plain
+    # roofline); a launch cost or a budget alone keeps them.
+    rated = "peak_gflops" not in given and "mem_gbps" not in given
+    return DeviceProfile(**values, classes=base.classes if rated else ())
 
 
 def link_profile(
@@ -122,9 +196,51 @@ def check_link_names(links: Mapping[str, Any], names: Iterable[str]) -> None:
 
 
 def kernel_ns(flops: float, bytes_moved: float, profile: DeviceProfile) -> int:
-    """The roofline time of one kernel in integer nanoseconds (at least 1)."""
+    """The plain roofline time of one kernel in integer nanoseconds (at least
+    1), ignoring class efficiencies (`work_ns` is the cost model's)."""
     compute = flops / profile.peak_gflops  # GFLOP/s = FLOP/ns
     memory = bytes_moved / profile.mem_gbps  # GB/s = B/ns
+    return max(1, math.ceil(max(compute, memory) + profile.launch_us * 1000.0))
+
+
+@dataclass(frozen=True)
+class KernelPart:
+    """One operator's arithmetic inside a kernel: class, FLOPs, output elements."""
+
+    op_class: str
+    flops: int
+    outputs: int
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """What one kernel does: its operators' arithmetic (one part for an
+    operator call, one per body operator for a `Primitive` function) and the
+    bytes it reads and writes (its own inputs and output, not the fused
+    body's intermediates)."""
+
+    parts: tuple[KernelPart, ...]
+    bytes_moved: int
+
+
+def work_ns(work: KernelWork, profile: DeviceProfile) -> int:
+    """The time of one kernel in integer nanoseconds (at least 1): each part's
+    FLOPs at its class's compute rate (slower below the class's saturation),
+    the bytes at the best memory rate among the parts' classes, the larger of
+    the two, plus one launch. A fused kernel therefore never costs more than
+    its operators one by one: the same arithmetic, fewer bytes, one launch."""
+    compute = 0.0
+    memory_eff = 0.0
+    for part in work.parts:
+        rate = profile.rate(part.op_class)
+        gflops = profile.peak_gflops * rate.compute  # GFLOP/s = FLOP/ns
+        if 0 < max(part.outputs, 1) < rate.saturation:
+            gflops *= max(part.outputs, 1) / rate.saturation
+        compute += part.flops / gflops
+        memory_eff = max(memory_eff, rate.memory)
+    if memory_eff <= 0:  # no parts: a kernel that only moves data
+        memory_eff = profile.rate("data movement").memory
+    memory = work.bytes_moved / (profile.mem_gbps * memory_eff)  # GB/s = B/ns
     return max(1, math.ceil(max(compute, memory) + profile.launch_us * 1000.0))
 
 
@@ -378,3 +494,59 @@ def op_flops(
     """FLOPs of one call from its argument and result types and complete
     attributes; None when the formula's inputs are unknown."""
     return flop_rule(name)(FlopInputs(args, out, attrs, assume_dim))
+
+
+# ---------------------------------------------------------------------------
+# Operator classes
+
+_CONVOLUTIONS = frozenset(
+    ("nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose", "nn.conv3d_transpose")
+)
+_MATMULS = frozenset(("nn.dense", "nn.matmul", "nn.batch_matmul"))
+_CLASS_REDUCTIONS = frozenset(
+    (*_REDUCTIONS, "std", "logsumexp", "all", "any", "nn.softmax", "nn.log_softmax")
+)
+_CLASS_POOLS = frozenset(_POOLS)
+_CLASS_MOVEMENT = frozenset(_MOVEMENT)
+
+
+def op_class(name: str, args: Sequence[Type | None], attrs: Mapping[str, Any], assume_dim: int = 1) -> str:
+    """The class of one operator call (one of `OP_CLASSES`) from its name,
+    argument types and complete attributes. A convolution is depthwise when
+    it has more than one group and as many groups as input channels."""
+    if name in _CONVOLUTIONS:
+        groups = attrs.get("groups", 1)
+        groups = groups.value if isinstance(groups, IntImm) else groups
+        if isinstance(groups, int) and groups > 1:
+            inputs = FlopInputs(args, None, attrs, assume_dim)
+            if inputs.extent(inputs.first, "data_layout", "C") == groups:
+                return "depthwise conv"
+        return "conv"
+    if name in _MATMULS:
+        return "dense"
+    if name in _CLASS_POOLS or name.startswith(("nn.global_", "nn.adaptive_")):
+        return "pooling"
+    if name in _CLASS_REDUCTIONS:
+        return "reduction"
+    if name in _CLASS_MOVEMENT:
+        return "data movement"
+    return "elementwise"
+
+
+def op_part(
+    name: str,
+    args: Sequence[Type | None],
+    out: Type | None,
+    attrs: Attrs | None,
+    assume_dim: int,
+    unknown_flops: int = 0,
+) -> KernelPart:
+    """The class, FLOPs and output elements of one operator call, with
+    `unknown_flops` where its formula's inputs are not known."""
+    try:
+        full = complete_attrs(name, attrs).as_dict()
+    except (RelayError, ValueError, KeyError, TypeError):
+        full = attrs.as_dict() if attrs is not None else {}
+    flops = op_flops(name, args, out, full, assume_dim)
+    outputs = FlopInputs(args, out, full, assume_dim).n(out)
+    return KernelPart(op_class(name, args, full, assume_dim), unknown_flops if flops is None else flops, outputs)

@@ -16,25 +16,25 @@ from dataclasses import dataclass, field
 import relay
 from relay.ast import Call, Constant, Expr, Function, Op, TensorType
 from relay.device import VirtualDevice, device_name
-from relay.op_attrs import complete_attrs
-from relay.span import RelayError
 from relay.traverse import not_primitive, post_order
 
-from ..collect import Collector, is_optimizable
+from ..collect import SPECIAL_OPS, Collector, is_optimizable
 from ..config import PlanConfig
 from ..domains import DomainSystem
 from ..errors import PlanConfigError
 from .cost_model import (
     CostTable,
     DeviceProfile,
+    KernelPart,
+    KernelWork,
     LinkProfile,
     check_link_names,
     copy_ns,
     cost_key,
     device_profile,
-    kernel_ns,
     link_profile,
-    op_flops,
+    op_part,
+    work_ns,
 )
 from .cut_collector import CutCollector
 from .sizes import Estimate, Sizes, dtype_bytes
@@ -229,28 +229,61 @@ def device_setup(candidates: list[VirtualDevice], config: PlanConfig) -> DeviceS
     return DeviceSetup(candidates, names, profiles, links, budgets, table, unsupported, config.assume_dim)
 
 
-def kernel_costs(call: Call, sizes: Sizes, setup: DeviceSetup) -> list[int]:
-    """The time (ns) of one primitive operator call on each candidate device:
-    the measured table's entry for its cost key, else the roofline of its
-    FLOPs and bytes moved. (The one place a kernel is costed.)"""
+def primitive_function(call: Call) -> Function | None:
+    """The fused function a call applies (`Primitive=1`), else None."""
+    fn = call.op
+    return fn if isinstance(fn, Function) and fn.is_primitive else None
+
+
+def kernel_ops(call: Call) -> list[str]:
+    """The operators a kernel computes: an operator call's own, or every
+    operator of a fused function's body (a device must support them all)."""
+    fn = primitive_function(call)
+    if fn is None:
+        return [call.op.name] if isinstance(call.op, Op) else []
+    return [n.op.name for n in post_order([fn.body]) if type(n) is Call and type(n.op) is Op]
+
+
+def _operator_part(call: Call, sizes: Sizes, assume_dim: int) -> KernelPart:
     name = call.op.name  # type: ignore[attr-defined]
     arg_types = [sizes.type(a) for a in call.args]
     out_type = sizes.type(call)
-    key = cost_key(name, arg_types, call.attrs)
-    try:
-        attrs = complete_attrs(name, call.attrs).as_dict()
-    except (RelayError, ValueError, KeyError, TypeError):
-        attrs = call.attrs.as_dict() if call.attrs is not None else {}
-    out_bytes = sizes.of(call)
-    moved = out_bytes + sum(sizes.of(a) for a in call.args)
-    flops = op_flops(name, arg_types, out_type, attrs, setup.assume_dim)
-    if flops is None:
-        itemsize = dtype_bytes(out_type.dtype) if isinstance(out_type, TensorType) else 4
-        flops = max(out_bytes, max((sizes.of(a) for a in call.args), default=0)) // itemsize
+    # FLOPs without a formula's inputs: one per element of the largest known tensor.
+    itemsize = dtype_bytes(out_type.dtype) if isinstance(out_type, TensorType) else 4
+    unknown = max(sizes.of(call), max((sizes.of(a) for a in call.args), default=0)) // itemsize
+    return op_part(name, arg_types, out_type, call.attrs, assume_dim, unknown)
+
+
+def kernel_work(call: Call, sizes: Sizes, assume_dim: int) -> KernelWork:
+    """What one kernel does: an operator call's arithmetic, or a fused
+    function's body operators together (one kernel), with the bytes of the
+    call's own arguments and result."""
+    moved = sizes.of(call) + sum(sizes.of(a) for a in call.args)
+    fn = primitive_function(call)
+    if fn is None:
+        return KernelWork((_operator_part(call, sizes, assume_dim),), moved)
+    parts = tuple(
+        _operator_part(n, sizes, assume_dim)
+        for n in post_order([fn.body])
+        if type(n) is Call and type(n.op) is Op and n.op.name not in SPECIAL_OPS
+    )
+    return KernelWork(parts, moved)
+
+
+def kernel_costs(call: Call, sizes: Sizes, setup: DeviceSetup) -> list[int]:
+    """The time (ns) of one kernel on each candidate device: a primitive
+    operator call, or a call of a fused (`Primitive`) function, which is one
+    kernel. The measured table's entry for an operator call's cost key, else
+    the cost model's `work_ns` of its class-rated roofline. (The one place a
+    kernel is costed.)"""
+    work = kernel_work(call, sizes, setup.assume_dim)
+    key = None
+    if isinstance(call.op, Op):
+        key = cost_key(call.op.name, [sizes.type(a) for a in call.args], call.attrs)
     per_device = []
     for d, dev_name in enumerate(setup.names):
-        measured = setup.table.lookup(key, dev_name)
-        per_device.append(measured if measured is not None else kernel_ns(flops, moved, setup.profiles[d]))
+        measured = setup.table.lookup(key, dev_name) if key is not None else None
+        per_device.append(measured if measured is not None else work_ns(work, setup.profiles[d]))
     return per_device
 
 
