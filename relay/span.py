@@ -70,8 +70,27 @@ class RelayError(Exception):
                 width = 1
                 if span.end_line == span.line and span.end_column > span.column:
                     width = span.end_column - span.column
-                out += f"\n{pad} |\n{gutter} | {text}\n{pad} | {' ' * (span.column - 1)}{'^' * width}"
+                shown, caret, width = _excerpt(text, span.column - 1, width)
+                out += f"\n{pad} |\n{gutter} | {shown}\n{pad} | {' ' * caret}{'^' * width}"
         return out
+
+
+# The longest source line a report shows; a longer one is cut around the caret.
+EXCERPT_COLUMNS = 120
+
+
+def _excerpt(text: str, start: int, width: int) -> tuple[str, int, int]:
+    """The part of a source line a report shows (at most EXCERPT_COLUMNS, `...`
+    marking each cut end), the caret's offset in it and the caret run's width
+    (cut to the shown part), so a megabyte line gives a report of a few lines."""
+    if len(text) <= EXCERPT_COLUMNS:
+        return text, start, width
+    begin = max(0, min(start - EXCERPT_COLUMNS // 3, len(text) - EXCERPT_COLUMNS))
+    end = begin + EXCERPT_COLUMNS
+    head = "..." if begin > 0 else ""
+    tail = "..." if end < len(text) else ""
+    caret = len(head) + start - begin
+    return head + text[begin:end] + tail, caret, max(1, min(width, end - start))
 
 
 class ParseError(RelayError):

@@ -233,6 +233,19 @@ def test_error_report_shows_line_and_caret() -> None:
     assert report[4] == "  |           ^^"
 
 
+def test_error_report_cuts_a_long_line_around_the_caret() -> None:
+    line = "x" * 5000 + " @@ " + "y" * 5000
+    source = relay.SourceText("long.relay", line)
+    err = relay.RelayError("unexpected `@@`", relay.Span(source, 1, 5002, 1, 5004))
+    report = str(err).splitlines()
+    shown, caret = report[3], report[4]
+    assert len(str(err)) < 600
+    assert shown.startswith("1 | ...") and shown.endswith("...")
+    # the caret still points at the token, in the shown excerpt
+    assert shown[caret.index("^") : caret.index("^") + 2] == "@@"
+    assert caret.count("^") == 2
+
+
 def test_verify_reports_scope_errors() -> None:
     x = A.Var("x", None)
     y = A.Var("y", None)
