@@ -6,6 +6,7 @@ generous deadlines, never fixed sleeps; every process started here is stopped he
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -165,11 +166,10 @@ def stop_cold(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run does)")
-    workdir = tmp_path_factory.mktemp("farm")
+@contextlib.contextmanager
+def start_farm(workdir: Path) -> Iterator[Farm]:
+    """Redis (AOF in `workdir`), moto's S3 server with the bucket, and the environment
+    workers get; on exit every worker, moto and Redis are stopped and os.environ restored."""
     redis = RedisServer(free_port(), workdir)
     redis.start()
     s3_port = free_port()
@@ -205,9 +205,18 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
             stop_cold(farm.workers.pop(name))
         moto.terminate()
         moto.wait(30)
+        moto_log.close()
         redis.stop()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run does)")
+    with start_farm(tmp_path_factory.mktemp("farm")) as farm:
+        yield farm
