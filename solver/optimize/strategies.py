@@ -6,6 +6,7 @@ rest, and the relaxation bound when Z3 runs out of time.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 
 import z3
@@ -14,7 +15,11 @@ from ..deadline import Deadline
 from ..errors import SolverTimeout
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
+from .search import Candidate, expand, obvious_plans
+from .search_milp import milp_solve
 from .z3_encoding import encode, read_assignment
+
+log = logging.getLogger(__name__)
 
 
 def _two_devices(problem: Problem) -> tuple[int, int] | None:
@@ -112,7 +117,11 @@ def _relaxation_bound(problem: Problem, weights: Weights) -> int:
 
 
 def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | None:
-    """The optimum (or on time-out the best plan and a bound); None if infeasible."""
+    """The optimum (or on time-out the best plan and a bound); None if infeasible.
+
+    Two devices: the minimum cut, exact; with budgets the priced cuts, which
+    often prove their plan. Everything else (and a budget plan the cuts do not
+    prove) goes to `_search`."""
     first = [ok[0] for ok in problem.allowed]
     if all(len(ok) == 1 for ok in problem.allowed):
         if budget_violations(problem, first):
@@ -130,14 +139,72 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
         start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
         if start is not None and start.lower >= start.objective:
             return start
-    elif not problem.budgets:
-        # Three or more devices: every class at its cheapest device is a plan.
-        cheapest = [min(ok, key=problem.unary[c].__getitem__) for c, ok in enumerate(problem.allowed)]
-        start = Solution(cheapest, evaluate(problem, weights, cheapest)[0], 0, "cheapest")
-    found = _z3_optimize(problem, weights, start, deadline)
-    if found is not None and found.method == "z3 (time-out)" and found.lower == 0:
-        found = dataclasses.replace(found, lower=_relaxation_bound(problem, weights))
-    return found
+    return _search(problem, weights, deadline, start)
+
+
+# Share of the time left that the MILP may use; the rest is for the rewrite,
+# the TVM-mode prediction and (with `z3_check`) Z3's confirmation.
+MILP_SHARE = 0.5
+
+
+def _search(
+    problem: Problem, weights: Weights, deadline: Deadline, start: Solution | None
+) -> Solution | None:
+    """Three or more devices, or budgets the cuts did not prove: the obvious
+    plans (`search.obvious_plans`), alpha-expansion from the best of them,
+    then HiGHS warm-started by that plan, for a better plan and the bound
+    (`search_milp`). None when HiGHS proves that no plan fits; Z3 `Optimize`
+    only when neither finds any plan in time.
+
+    The bound is the best of: the priced cuts' Lagrangian bound (two
+    devices), every class at its cheapest device without copies, HiGHS's dual
+    bound on the run time (all lower bounds on the objective, whose run-time
+    part is ns * per_ns and whose tie-break part is >= 0)."""
+    lower = _relaxation_bound(problem, weights)
+    if start is not None:
+        lower = max(lower, min(start.lower, start.objective))
+    plans = obvious_plans(problem, weights, deadline)
+    if start is not None:
+        plans.append(Candidate(tuple(start.assign), start.objective, start.method))
+    best = min(plans, key=lambda p: p.objective, default=None)
+    assign: list[int] | None = None
+    origin = ""
+    if best is not None:
+        assign = expand(problem, weights, best.assign, deadline)
+        origin = best.origin
+        log.debug(
+            "search: %s %d -> expansion %d", origin, best.objective, evaluate(problem, weights, assign)[0]
+        )
+    limit_s = deadline.remaining_ms() * MILP_SHARE / 1000
+    found = milp_solve(problem, weights, assign, limit_s) if limit_s > 0.01 else None
+    if found is not None and found.infeasible:
+        return None
+    method = "search"
+    if found is not None:
+        lower = max(lower, found.bound_ns * weights.per_ns)
+        if found.assign is not None and (
+            assign is None
+            or evaluate(problem, weights, found.assign)[0] <= evaluate(problem, weights, assign)[0]
+        ):
+            assign = found.assign
+        method = "search + highs"
+    if assign is None:
+        fallback = _z3_optimize(problem, weights, None, deadline)
+        if fallback is None:
+            return None
+        return dataclasses.replace(fallback, lower=max(fallback.lower, lower))
+    value = evaluate(problem, weights, assign)[0]
+    if found is not None and found.proven and found.assign == assign:
+        lower = value
+    lower = min(lower, value)
+    if found is not None:
+        if lower >= value:
+            method = "highs (optimal)"
+        elif found.ns_proven:
+            method = "highs (run time optimal)"
+        else:
+            method = f"search + highs ({found.status})"
+    return Solution(assign, value, lower, method)
 
 
 def _budget_heuristic(

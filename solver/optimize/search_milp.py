@@ -1,0 +1,314 @@
+"""The optimize problem as a mixed-integer program, solved by HiGHS
+(`highspy`), for the cases the exact cuts do not settle (issue 17): three or
+more devices, or budgets the priced cuts cannot prove.
+
+Why a MILP library: Z3 `Optimize` over the same problem times out at model
+scale (resnet50 with cpu and two 60 MB GPUs: every operator on the cpu,
+118x the optimum, after its time limit), while HiGHS proves the optimum of
+that problem in under a second (benchmarks/optimize.py has the rows). Z3
+stays the solver of record for the constraints: the encoding, conflicts and
+their unsat cores, and `z3_check`'s confirmation of the final plan.
+
+Formulation (run time in integer ns; tie-breaks in a second stage):
+
+- x[c,d] binary for each class c and allowed device d, sum_d x[c,d] = 1;
+- for each cuttable edge e (consumer u, producer v), z[e,s,t] >= 0 for the
+  devices s of v and t of u, with sum_t z[e,s,t] = x[v,s] and
+  sum_s z[e,s,t] = x[u,t] (the local marginal polytope, much tighter than
+  z >= x + x - 1); a copy costs edge_ns on z[e,s,t], s != t;
+- a budget on d: weights on d + bytes copied into d + m_d <= budget - fixed
+  copies into d, with m_d >= largest[c] * x[c,d] (the largest intermediate);
+  bytes copied into d for e are b * (x[u,d] - z[e,d,d]);
+- identical devices (same profile, budget, links, support and kernel costs)
+  are interchangeable: the first free class that may take them may only take
+  the first of the group (valid: any plan can be relabelled so), and the
+  final plan is relabelled so the most classes sit on their preferred device.
+
+Stage 2 (when stage 1 proved its run time U and time is left): the same
+constraints with run time <= U and the tie-break objective
+copies * per_copy + non_default, so the whole integer objective is proven.
+
+The bound: HiGHS's dual bound on the run time, less 0.25 ns and 1e-9 of
+itself for its floating-point tolerances, rounded up (costs are integer ns).
+It is valid to those tolerances; the exact paths (minimum cut, Z3) need none.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from .problem import Problem, Weights, budget_violations, evaluate
+
+log = logging.getLogger(__name__)
+
+_INF = highspy.kHighsInf
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    """What HiGHS found: a plan (or None), a lower bound on the run time in
+    ns, whether that run time is proven minimal, whether the whole objective
+    (tie-breaks included) is, and whether the problem is infeasible."""
+
+    assign: list[int] | None
+    bound_ns: int
+    ns_proven: bool
+    proven: bool
+    infeasible: bool
+    status: str
+
+
+class _Model:
+    """Columns and rows of the MILP, built once, solved in one or two stages."""
+
+    def __init__(self, problem: Problem, weights: Weights, symmetric: Sequence[Sequence[int]]) -> None:
+        self.problem = problem
+        self.cost: list[float] = []
+        self.upper: list[float] = []
+        self.integer: list[int] = []
+        self.tie: list[float] = []  # stage-2 objective per column
+        self.row_lo: list[float] = []
+        self.row_hi: list[float] = []
+        self.row_start: list[int] = []
+        self.row_index: list[int] = []
+        self.row_value: list[float] = []
+        self.tie_constant = 0.0
+        self.x: list[dict[int, int]] = []
+        self.breakers: list[int] = []  # rows of the symmetry breaking (dropped in stage 2)
+        p = problem
+        for c, ok in enumerate(p.allowed):
+            cols = {}
+            for d in ok:
+                cols[d] = self._col(p.unary[c][d], 1.0, True, 0.0 if d == p.pref[c] else 1.0)
+            self.x.append(cols)
+            self._row(1.0, 1.0, [(i, 1.0) for i in cols.values()])
+        self.z: list[dict[tuple[int, int], int]] = []
+        for u, v, b, uses in p.edges:
+            ze: dict[tuple[int, int], int] = {}
+            for s in p.allowed[v]:
+                for t in p.allowed[u]:
+                    copy = s != t
+                    ze[s, t] = self._col(
+                        p.edge_ns(b, s, t, uses) if copy else 0,
+                        1.0,
+                        False,
+                        0.0 if copy else -uses * weights.per_copy,
+                    )
+            self.tie_constant += uses * weights.per_copy
+            self.z.append(ze)
+            for s in p.allowed[v]:
+                self._row(0.0, 0.0, [*((ze[s, t], 1.0) for t in p.allowed[u]), (self.x[v][s], -1.0)])
+            for t in p.allowed[u]:
+                self._row(0.0, 0.0, [*((ze[s, t], 1.0) for s in p.allowed[v]), (self.x[u][t], -1.0)])
+        for group in symmetric:
+            first = next((c for c, ok in enumerate(p.allowed) if len(ok) > 1 and group[0] in ok), None)
+            if first is not None:
+                for g in group[1:]:
+                    self.breakers.append(len(self.row_lo))
+                    self._row(0.0, 0.0, [(self.x[first][g], 1.0)])
+        for d, budget in p.budgets.items():
+            m = self._col(0, _INF, False, 0.0)
+            terms: dict[int, float] = {m: 1.0}
+            for c in range(len(p.allowed)):
+                col = self.x[c].get(d)
+                if col is None:
+                    continue
+                if p.weight_bytes[c]:
+                    terms[col] = terms.get(col, 0.0) + p.weight_bytes[c]
+                if p.largest[c]:
+                    self._row(-_INF, 0.0, [(col, float(p.largest[c])), (m, -1.0)])
+            for e, (u, v, b, uses) in enumerate(p.edges):
+                col = self.x[u].get(d)
+                if col is None:
+                    continue
+                terms[col] = terms.get(col, 0.0) + b * uses
+                stay = self.z[e].get((d, d))
+                if stay is not None:
+                    terms[stay] = terms.get(stay, 0.0) - b * uses
+            self._row(-_INF, float(budget - p.fixed_copy_bytes.get(d, 0)), list(terms.items()))
+
+    def _col(self, cost: int, upper: float, integer: bool, tie: float) -> int:
+        self.cost.append(float(cost))
+        self.upper.append(upper)
+        self.tie.append(tie)
+        if integer:
+            self.integer.append(len(self.cost) - 1)
+        return len(self.cost) - 1
+
+    def _row(self, lo: float, hi: float, terms: Sequence[tuple[int, float]]) -> None:
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+        self.row_start.append(len(self.row_index))
+        for i, v in terms:
+            self.row_index.append(i)
+            self.row_value.append(v)
+
+    def highs(self, time_limit_s: float, objective: Sequence[float]) -> highspy.Highs:
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", 0)
+        h.setOptionValue("time_limit", max(0.01, time_limit_s))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 0.5)
+        n = len(self.cost)
+        empty_i = np.array([], dtype=np.int32)
+        h.addCols(
+            n, np.array(objective), np.zeros(n), np.array(self.upper), 0, empty_i, empty_i, np.array([])
+        )
+        h.addRows(
+            len(self.row_lo),
+            np.array(self.row_lo),
+            np.array(self.row_hi),
+            len(self.row_index),
+            np.array(self.row_start, dtype=np.int32),
+            np.array(self.row_index, dtype=np.int32),
+            np.array(self.row_value),
+        )
+        ints = np.array(self.integer, dtype=np.int32)
+        h.changeColsIntegrality(len(ints), ints, np.array([highspy.HighsVarType.kInteger] * len(ints)))
+        return h
+
+    def start(self, h: highspy.Highs, assign: Sequence[int]) -> None:
+        idx: list[int] = []
+        val: list[float] = []
+        for c, cols in enumerate(self.x):
+            for d, i in cols.items():
+                idx.append(i)
+                val.append(1.0 if d == assign[c] else 0.0)
+        h.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val))
+
+    def read(self, h: highspy.Highs) -> list[int] | None:
+        values = h.getSolution().col_value
+        if len(values) != len(self.cost):
+            return None
+        return [max(cols, key=lambda d: values[cols[d]]) for cols in self.x]
+
+
+def identical_devices(problem: Problem) -> list[list[int]]:
+    """Groups of interchangeable devices: same profile and budget, the same
+    links to every other device and between themselves both ways, and for
+    every class the same support and kernel cost."""
+    k = len(problem.devices)
+
+    def same(a: int, b: int) -> bool:
+        if problem.profiles[a] != problem.profiles[b] or problem.budgets.get(a) != problem.budgets.get(b):
+            return False
+        if problem.links[a][b] != problem.links[b][a]:
+            return False
+        for o in range(k):
+            if o not in (a, b) and (
+                problem.links[a][o] != problem.links[b][o] or problem.links[o][a] != problem.links[o][b]
+            ):
+                return False
+        return all(
+            (a in ok) == (b in ok) and problem.unary[c][a] == problem.unary[c][b]
+            for c, ok in enumerate(problem.allowed)
+        )
+
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for a in range(k):
+        if a in seen:
+            continue
+        group = [a, *(b for b in range(a + 1, k) if b not in seen and same(a, b))]
+        seen.update(group)
+        if len(group) > 1:
+            groups.append(group)
+    return groups
+
+
+def relabel(
+    problem: Problem, weights: Weights, assign: Sequence[int], groups: Sequence[Sequence[int]]
+) -> list[int]:
+    """The plan with the devices of each identical group permuted to the best
+    objective (run time and copies do not change; the preferred-device
+    tie-break may), trying every permutation of groups of up to 4 devices."""
+    import itertools
+
+    best = list(assign)
+    best_value = evaluate(problem, weights, best)[0]
+    for group in groups:
+        if len(group) > 4:
+            continue
+        for perm in itertools.permutations(group):
+            mapping = dict(zip(group, perm))
+            trial = [mapping.get(d, d) for d in best]
+            if any(trial[c] not in ok for c, ok in enumerate(problem.allowed)):
+                continue
+            value = evaluate(problem, weights, trial)[0]
+            if value < best_value and not budget_violations(problem, trial):
+                best, best_value = trial, value
+    return best
+
+
+def _bound(dual: float, fixed_ns: int) -> int:
+    """An integer lower bound on the run time from HiGHS's dual bound."""
+    if not math.isfinite(dual):
+        return fixed_ns
+    return fixed_ns + max(0, math.ceil(dual - 0.25 - 1e-9 * abs(dual)))
+
+
+def milp_solve(
+    problem: Problem, weights: Weights, start: Sequence[int] | None, time_limit_s: float
+) -> MilpResult:
+    """Solve the problem's MILP within `time_limit_s` (stage 1, then stage 2
+    with what is left of it), warm-started by `start` when given."""
+    import time
+
+    began = time.perf_counter()
+    groups = identical_devices(problem)
+    model = _Model(problem, weights, groups)
+    h = model.highs(time_limit_s, model.cost)
+    if start is not None:
+        model.start(h, start)
+    h.run()
+    status = h.getModelStatus()
+    text = h.modelStatusToString(status)
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return MilpResult(None, 0, False, False, True, text)
+    info = h.getInfo()
+    bound = _bound(info.mip_dual_bound, problem.fixed_ns)
+    assign = model.read(h) if info.primal_solution_status == 2 else None
+    if assign is not None and (
+        budget_violations(problem, assign) or any(assign[c] not in ok for c, ok in enumerate(problem.allowed))
+    ):
+        log.info("HiGHS plan violates the problem at integer precision; dropped")
+        assign = None
+    if assign is None:
+        return MilpResult(None, bound, False, False, False, text)
+    assign = relabel(problem, weights, assign, groups)
+    ns = evaluate(problem, weights, assign)[1]
+    bound = min(bound, ns)
+    ns_proven = bound >= ns
+    proven = False
+    left = time_limit_s - (time.perf_counter() - began)
+    if ns_proven and left > 0.05:
+        # Stage 2: the tie-breaks among plans of run time <= ns.
+        h2 = model.highs(left, model.tie)
+        for row in model.breakers:  # the tie-breaks tell identical devices apart
+            h2.changeRowBounds(row, -_INF, _INF)
+        h2.addRow(
+            -_INF,
+            float(ns - problem.fixed_ns) + 0.5,
+            len(model.cost),
+            np.arange(len(model.cost), dtype=np.int32),
+            np.array(model.cost),
+        )
+        model.start(h2, assign)
+        h2.run()
+        if h2.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            second = model.read(h2)
+            if second is not None and not budget_violations(problem, second):
+                second = relabel(problem, weights, second, groups)
+                if evaluate(problem, weights, second)[0] <= evaluate(problem, weights, assign)[0]:
+                    assign = second
+                proven = True
+        text = f"{text}; ties {h2.modelStatusToString(h2.getModelStatus())}"
+    return MilpResult(assign, bound, ns_proven, proven, False, text)
