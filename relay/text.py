@@ -154,6 +154,9 @@ EOF = "eof"
 # Tokens quoted in messages are cut to this many characters (issue 19: 10 MB of garbage
 # is one token, and a message is not the place to echo it).
 MAX_EXCERPT_CHARS = 80
+# More digits than Python's int() converts (sys.int_info.str_digits_check_threshold is 640,
+# the default limit 4,300); far beyond any integer dtype either way.
+_LONG_DIGITS = re.compile(r"[0-9]{4301,}")
 _CLOSER = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -212,6 +215,11 @@ def parse_text(
             if better is None:
                 raise
             raise better from None
+        except ValueError as err:  # int() of a too long digit run
+            located = parser._long_number_error()
+            if located is None:
+                raise
+            raise located from err
     finally:
         if enabled:
             gc.enable()
@@ -328,6 +336,16 @@ class _Parser:
 
     def _fail(self, message: str, index: int | None = None) -> NoReturn:
         raise ParseError(message, self._token_span(self.pos if index is None else index))
+
+    def _long_number_error(self) -> ParseError | None:
+        """The error for the first token (up to the current one) with a run of more digits
+        than Python's int() converts (4,300): a literal, a `%N` or a tensor shape."""
+        for index in range(min(self.pos + 2, len(self.values))):
+            run = _LONG_DIGITS.search(self.values[index])
+            if run is not None:
+                digits = run.end() - run.start()
+                return ParseError(f"a number of {digits} digits is too long", self._token_span(index))
+        return None
 
     def _describe(self, index: int) -> str:
         kind = self.kinds[index]

@@ -100,3 +100,23 @@ def test_long_tokens_are_cut_in_messages() -> None:
     assert len(quoted) == MAX_EXCERPT_CHARS and quoted.endswith("\u2026")
     assert _error("def @main() { 1 } " + "$" * 1)  # the short case is unchanged
     assert len(_error("def @main() { " + "\x01" * 100 + " }").message) < 200
+
+
+@pytest.mark.parametrize(
+    ("text", "column"),
+    [
+        ("def @main(%x: Tensor[(4), float32]) { 1.2.3" + "9" * 1_000_000 + " }", 43),
+        ("def @main() { " + "7" * 5000 + " }", 15),
+        ("def @main() { nn.sum(1, axis=" + "7" * 5000 + ") }", 30),
+        ("def @main(%x: Tensor[(" + "7" * 5000 + "), float32]) { %x }", 15),
+        ("def @main(%x: Tensor[(4, " + "7" * 5000 + "), float32]) { %x }", 15),  # one `Tensor[...]` token
+        ("def @main() {\n  %" + "7" * 5000 + " = 1;\n  1\n}", 3),
+        ("def @main() { meta[relay.Constant][" + "7" * 5000 + "] }", 15),
+    ],
+)
+def test_overlong_numbers_are_located_parse_errors(text: str, column: int) -> None:
+    """The lead's find: Python's int() refuses more than 4,300 digits (a bare ValueError)."""
+    err = _error(text)
+    assert "digits is too long" in err.message
+    assert err.column == column
+    assert len(err.message) < 200
