@@ -127,14 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
     s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
     # Flags that override one setting each (service/config.py; the env var and default in the help).
-    serve_settings: tuple[tuple[str, type, str], ...] = (
+    serve_settings: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         ("--port", int, "port (DEVPLAN_PORT, default 8000)"),
         ("--workers", int, "uvicorn worker processes (DEVPLAN_WORKERS, default 1)"),
         ("--pool-size", int, "concurrent plans per worker (DEVPLAN_POOL_SIZE)"),
-        ("--max-body-bytes", int, "largest request body, else 413 (DEVPLAN_MAX_BODY_BYTES, 32 MiB)"),
+        ("--max-body-bytes", size, "largest request body, else 413 (DEVPLAN_MAX_BODY_BYTES, 32 MiB)"),
         (
             "--max-inflight-bytes",
-            int,
+            size,
             "body bytes held by requests in flight, else 503 (DEVPLAN_MAX_INFLIGHT_BYTES, 128 MiB)",
         ),
         (
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         (
             "--worker-memory-bytes",
-            int,
+            size,
             (
                 "resident memory per planning worker, else 422 module-too-large; 0: none "
                 "(DEVPLAN_WORKER_MEMORY_BYTES, 1 GiB)"
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         (
             "--artifact-max-bytes",
-            int,
+            size,
             (
                 "byte quota of stored /compile libraries, least recently used evicted; 0: none "
                 "(DEVPLAN_ARTIFACT_MAX_BYTES, 8 GiB)"
@@ -299,32 +299,19 @@ def _parse_selector(text: str) -> dict[str, Any]:
     return out
 
 
-_BYTE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
 def parse_bytes(text: str) -> int:
-    """`8GiB`, `512MiB`, `1.5GB`, `1000000` -> bytes (ValueError when it is none of those)."""
-    import re
+    """A byte size as every surface spells it (`8GiB`, `60MB`, `1000000`; service.units),
+    surrounding spaces allowed on the command line."""
+    from service.units import parse_bytes as parse
 
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _BYTE_UNITS:
-        raise ValueError(f"{text!r} is not a size (e.g. 8GiB, 512MiB, 2GB, 1000000)")
-    value = int(float(match.group(1)) * _BYTE_UNITS[unit])
-    if value <= 0:
-        raise ValueError(f"{text!r} is not a positive size")
-    return value
+    return parse(text.strip())
+
+
+def size(text: str) -> int:
+    """argparse type of the byte-size flags: a size (`32MiB`) or an integer (0 allowed)."""
+    from service.units import coerce_bytes
+
+    return int(coerce_bytes(text.strip()))
 
 
 def _read_json_file(path: str, flag: str) -> Any:
@@ -423,7 +410,7 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
 
 def _why_text(results: list[dict[str, Any]], fmt: str) -> str:
     """The --why answers: one block per answer, or one JSON document."""
-    from solver.why import answer_lines
+    from solver import answer_lines
 
     if fmt == "json":
         return json.dumps(results, indent=2) + "\n"

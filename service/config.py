@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.units import coerce_bytes
+
+# Byte sizes: an integer or `32MiB`, `8GiB`, ... (service.units), as in requests and flags.
+Bytes = Annotated[int, BeforeValidator(coerce_bytes)]
 
 
 def _default_pool_size() -> int:
@@ -23,7 +28,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Interface uvicorn binds to.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port uvicorn binds to.")
     workers: int = Field(1, ge=1, description="uvicorn worker processes (each has its own planning pool).")
-    max_body_bytes: int = Field(
+    max_body_bytes: Bytes = Field(
         32 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger requests get 413."
     )
     default_timeout_ms: int = Field(
@@ -64,7 +69,7 @@ class Settings(BaseSettings):
     artifact_dir: Path = Field(
         Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
     )
-    artifact_max_bytes: int = Field(
+    artifact_max_bytes: Bytes = Field(
         8 * 1024 * 1024 * 1024,
         ge=0,
         description="Byte quota of the stored libraries; beyond it the least recently used are evicted "
@@ -76,7 +81,7 @@ class Settings(BaseSettings):
         description="Stored libraries unused for longer than this are evicted. 0: no age limit.",
     )
     # Admission control and memory (issue 12): see README "Limits".
-    max_inflight_bytes: int = Field(
+    max_inflight_bytes: Bytes = Field(
         128 * 1024 * 1024,
         ge=1024,
         description="Request body bytes held at once by requests in flight (running or waiting for a "
@@ -94,7 +99,7 @@ class Settings(BaseSettings):
         description="uvicorn's limit_concurrency, a backstop above the admission bound (its plain-text 503 "
         "should never be seen). Default: 4 x the admission bound + 64.",
     )
-    worker_memory_bytes: int = Field(
+    worker_memory_bytes: Bytes = Field(
         1024 * 1024 * 1024,
         ge=0,
         description="Resident memory one planning worker may use; a plan above it is stopped (the worker "

@@ -1,0 +1,49 @@
+"""Issue 19: one vocabulary across HTTP, settings and the CLI."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from service.cli import build_parser
+from service.config import Settings
+from service.units import PATTERN, ByteSize, coerce_bytes, parse_bytes
+
+SIZES = [("8GiB", 8 * 2**30), ("60MB", 60 * 10**6), ("1.5KiB", 1536), ("512 mib", 512 * 2**20), ("1000", 1000)]
+NOT_SIZES = ["", "GiB", "8 parsecs", "-1MiB", "8XB", "\u0668GiB", " 8GiB", "8GiB ", "1e9"]
+
+
+@pytest.mark.parametrize(("text", "expected"), SIZES)
+def test_a_size_means_the_same_in_every_place(text: str, expected: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_bytes(text) == expected
+    assert re.match(PATTERN, text)
+    monkeypatch.setenv("DEVPLAN_WORKER_MEMORY_BYTES", text)
+    monkeypatch.setenv("DEVPLAN_MAX_BODY_BYTES", text if expected >= 1024 else "1KiB")
+    settings = Settings()
+    assert settings.worker_memory_bytes == expected
+    args = build_parser().parse_args(["serve", "--worker-memory-bytes", text, "--artifact-max-bytes", text])
+    assert args.worker_memory_bytes == expected and args.artifact_max_bytes == expected
+
+
+@pytest.mark.parametrize("text", NOT_SIZES)
+def test_what_is_not_a_size_is_refused_alike(text: str) -> None:
+    """The schema's pattern and the parser agree (the schema is what clients see)."""
+    assert not re.match(PATTERN, text)
+    with pytest.raises(ValueError):
+        parse_bytes(text)
+
+
+def test_zero_stays_possible_where_a_setting_allows_it() -> None:
+    assert coerce_bytes("0") == 0
+    assert Settings(artifact_max_bytes="0", worker_memory_bytes="0").artifact_max_bytes == 0
+    with pytest.raises(ValueError):
+        parse_bytes("0")
+
+
+def test_byte_size_schema_offers_both_forms() -> None:
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(ByteSize).json_schema()
+    assert {alt["type"] for alt in schema["anyOf"]} == {"integer", "string"}
+    assert TypeAdapter(ByteSize).validate_python("8GiB") == 8 * 2**30
