@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,49 @@ def test_byte_size_schema_offers_both_forms() -> None:
     schema = TypeAdapter(ByteSize).json_schema()
     assert {alt["type"] for alt in schema["anyOf"]} == {"integer", "string"}
     assert TypeAdapter(ByteSize).validate_python("8GiB") == 8 * 2**30
+
+
+# --------------------------------------------------------------------------
+# The README's counts and tables match the app
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+
+
+def _schema() -> dict[str, Any]:
+    from service.main import create_app
+
+    schema: dict[str, Any] = create_app(Settings(pool_kind="thread", pool_size=1)).openapi()
+    return schema
+
+
+def _examples(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    examples: dict[str, Any] = body.get("examples", {})
+    return examples
+
+
+def test_readme_example_counts_match_the_schema() -> None:
+    schema = _schema()
+    text = " ".join(README.read_text().split())
+    (sentence,) = re.findall(r'worked examples under "Try it out": ([^(]*)', text)
+    claims = re.findall(r"(\w+) for `POST (/[\w/]*)`", sentence)
+    assert {path for _, path in claims} >= {"/plan", "/plan/picture", "/compile"}
+    for word, path in claims:
+        assert _NUMBERS[word] == len(_examples(schema, path)), f"README: {word} examples for POST {path}"
+    (optimize_word,) = re.findall(r"Swagger has (\w+) optimize-mode examples", text)
+    optimize = [name for name in _examples(schema, "/plan") if name.startswith("optimize")]
+    assert _NUMBERS[optimize_word] == len(optimize)
+    assert "three worked examples" not in text
+
+
+def test_readme_route_table_names_real_routes() -> None:
+    schema = _schema()
+    routes = {(m.upper(), p) for p, item in schema["paths"].items() for m in item} | {
+        ("GET", "/docs"),  # the Swagger page and the schema itself are not in the schema
+        ("GET", "/openapi.json"),
+    }
+    rows = re.findall(r"^\| (`[A-Z]+ [^|]+`) \|", README.read_text(), re.MULTILINE)
+    named = {tuple(m.split(" ", 1)) for row in rows for m in re.findall(r"`([A-Z]+ [^`]+)`", row)}
+    assert named, "the README has a route table"
+    assert named <= routes, f"README rows without a route: {sorted(named - routes)}"
