@@ -97,15 +97,15 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
     "llvm": DeviceProfile(
         peak_gflops=50.0,
         mem_gbps=50.0,
-        launch_us=1.4,
+        launch_us=1.3,
         classes=(
-            ("conv", ClassRate(0.125, 4.0)),
-            ("data movement", ClassRate(4.0, 1.09)),
-            ("dense", ClassRate(0.0263, 0.0573)),
+            ("conv", ClassRate(0.115, 4.0)),
+            ("data movement", ClassRate(4.0, 1.68)),
+            ("dense", ClassRate(0.0682, 0.0573)),
             ("depthwise conv", ClassRate(0.42, 0.25)),
-            ("elementwise", ClassRate(0.229, 1.83)),
-            ("pooling", ClassRate(0.21, 0.5)),
-            ("reduction", ClassRate(4.0, 0.0682)),
+            ("elementwise", ClassRate(0.25, 2.18)),
+            ("pooling", ClassRate(0.21, 4.0)),
+            ("reduction", ClassRate(0.0442, 4.0)),
         ),
     ),
     "cuda": DeviceProfile(
@@ -500,7 +500,14 @@ def op_flops(
 # Operator classes
 
 _CONVOLUTIONS = frozenset(
-    ("nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose", "nn.conv3d_transpose")
+    (
+        "nn.conv1d",
+        "nn.conv2d",
+        "nn.conv3d",
+        "nn.conv1d_transpose",
+        "nn.conv2d_transpose",
+        "nn.conv3d_transpose",
+    )
 )
 _MATMULS = frozenset(("nn.dense", "nn.matmul", "nn.batch_matmul"))
 _CLASS_REDUCTIONS = frozenset(
@@ -549,4 +556,6 @@ def op_part(
         full = attrs.as_dict() if attrs is not None else {}
     flops = op_flops(name, args, out, full, assume_dim)
     outputs = FlopInputs(args, out, full, assume_dim).n(out)
-    return KernelPart(op_class(name, args, full, assume_dim), unknown_flops if flops is None else flops, outputs)
+    return KernelPart(
+        op_class(name, args, full, assume_dim), unknown_flops if flops is None else flops, outputs
+    )
