@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import time
 from typing import Any
 
 from rq.worker import SpawnWorker
@@ -28,6 +29,9 @@ from rq.worker import SpawnWorker
 from service.config import Settings, get_settings
 
 log = logging.getLogger("devplan.worker")
+
+DEQUEUED_FIELD = "devplan_dequeued_at"
+"""Field of RQ's job hash: when a worker took the job (Unix time, set before the horse starts)."""
 
 
 def _monitoring_interval(heartbeat_s: int) -> int:
@@ -48,6 +52,15 @@ class DevplanWorker(SpawnWorker):
     def dequeue_timeout(self) -> int:
         # RQ blocks worker_ttl - 15 s in BLPOP and checks maintenance only between waits.
         return max(1, min(self.worker_ttl - 15, int(self.maintenance_interval)))
+
+    def prepare_execution(self, job: Any) -> Any:
+        # RQ's started_at is stamped by the work horse, after its interpreter started; the
+        # dequeue time is ours (benchmarks/farm.py reports the two apart).
+        try:
+            self.connection.hset(job.key, DEQUEUED_FIELD, repr(time.time()))
+        except Exception:
+            log.warning("could not stamp the dequeue time of job %s", job.id, exc_info=True)
+        return super().prepare_execution(job)
 
     def monitor_work_horse(self, job: Any, queue: Any, execution: Any) -> None:
         try:
