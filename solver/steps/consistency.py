@@ -24,7 +24,7 @@ from relay.ast import Call, Constructor, Expr, Function, GlobalVar, Let, Match, 
 from relay.device import VirtualDevice, device_name
 from relay.span import Span
 
-__all__ = ["Edge", "InternalInconsistency", "check_consistent", "find_violations"]
+__all__ = ["Edge", "InternalInconsistency", "check_consistent", "find_violations", "operator_placements"]
 
 # Operators whose arguments are not all on the call's device: per argument
 # "host", "same" (the call's device) or "any"; then where the result is
@@ -99,6 +99,9 @@ class _Walk:
         self.lexical: dict[int, VirtualDevice | None] = {}  # node -> the lexical device it was read on
         self.functions: dict[int, Function] = {}  # let-bound variable -> the function it names
         self.edges: list[Edge] = []
+        # Operator calls with the device they run on (a Primitive function's
+        # body operators run where the call does).
+        self.placements: list[tuple[Call, VirtualDevice | None]] = []
 
     def use(self, child: Expr, have: VirtualDevice | None, want: VirtualDevice | None) -> None:
         if have is not None and want is not None and have != want:
@@ -200,6 +203,7 @@ class _Walk:
                         else:
                             push((_ENTER, arg, here, here if slot == "same" else None))
                     return
+                self.placements.append((node, here))
                 for arg in reversed(node.args):
                     push((_ENTER, arg, here, here))
                 return
@@ -219,6 +223,8 @@ class _Walk:
             else:
                 # A Primitive function (its parameters' devices are each call's,
                 # written nowhere) or a function value we cannot see.
+                if callee is not None:
+                    self.placements.extend((c, here) for c in _body_operators(callee))
                 for arg in reversed(node.args):
                     push((_ENTER, arg, here, None))
             if not isinstance(op, (Var, GlobalVar)):
@@ -286,6 +292,44 @@ class _Walk:
         if isinstance(node, ast.TupleGetItem):
             return self.value.get(id(node.tuple_value))
         return here
+
+
+def _body_operators(func: Function) -> list[Call]:
+    """The operator calls in a Primitive function's body."""
+    out: list[Call] = []
+    seen: set[int] = set()
+    todo: list[Expr] = [func.body]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Call):
+            if isinstance(node.op, Op):
+                out.append(node)
+            todo.extend(node.args)
+        elif isinstance(node, Let):
+            todo.extend((node.value, node.body))
+        elif isinstance(node, ast.Tuple):
+            todo.extend(node.fields)
+        elif isinstance(node, ast.TupleGetItem):
+            todo.append(node.tuple_value)
+    return out
+
+
+def operator_placements(
+    module: Module, host: VirtualDevice | None = None
+) -> list[tuple[Call, VirtualDevice | None]]:
+    """Every operator call of a planned `module` with the device it runs on
+    (None where the reading cannot tell), in walk order."""
+    walk = _Walk(module, host)
+    for _, func in module.functions:
+        if func.is_primitive or func.attr("Compiler") is not None or func.attr("Extern"):
+            continue
+        if func.attr("SkipOptimization"):
+            continue
+        walk.run(func)
+    return walk.placements
 
 
 def find_violations(module: Module, host: VirtualDevice | None = None) -> list[Edge]:
