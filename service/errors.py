@@ -43,6 +43,8 @@ class ErrorKind:
 MALFORMED_MODULE = ErrorKind(
     "malformed-module", 400, "The module does not parse or verify", EXIT_MALFORMED, "malformed"
 )
+# Issue 18: the module parses but is ill-typed (TVM 0.19's InferType rejects it before planning).
+TYPE_ERROR = ErrorKind("type-error", 400, "The module is not well typed", EXIT_MALFORMED, "type_error")
 INVALID_CONFIG = ErrorKind(
     "invalid-config", 422, "The planning configuration is invalid", EXIT_USAGE, "invalid_config"
 )
@@ -97,6 +99,7 @@ COMPILE_KINDS: tuple[ErrorKind, ...] = (
 FARM_KINDS: tuple[ErrorKind, ...] = (QUEUE_UNAVAILABLE, ARTIFACT_STORE_UNAVAILABLE, COMPILE_LOST, COMPILE_CANCELED)
 ALL_KINDS: tuple[ErrorKind, ...] = (
     MALFORMED_MODULE,
+    TYPE_ERROR,
     INVALID_CONFIG,
     PLANNING_CONFLICT,
     VALIDATION_ERROR,
