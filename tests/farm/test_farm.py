@@ -127,6 +127,34 @@ def test_six_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_
     assert api.get(f"/jobs/{again.json()['id']}").json()["status"] == "finished"
 
 
+def test_metrics_read_the_farm_from_redis(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.jobs.stats import FarmCollector
+
+    app: Any = api.app
+    app.state.metrics.registry.register(FarmCollector(job_queue_of(app)))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(api.get("/metrics").text)
+        for s in family.samples
+    }
+    assert samples[("devplan_queue_up", ())] == 1
+    assert samples[("devplan_queue_depth", ())] == 0
+    assert samples[("devplan_queue_workers", ())] >= 2
+    assert samples[("devplan_jobs_total", (("status", "finished"),))] >= 6  # the six jobs above
+    assert samples[("devplan_job_run_seconds_count", ())] >= 6
+    assert samples[("devplan_job_queued_seconds_count", ())] >= 6
+
+
+def job_queue_of(app: Any) -> JobQueue:
+    queue = getattr(app.state, "job_queue", None)
+    if queue is None:
+        queue = JobQueue(app.state.settings)
+        app.state.job_queue = queue
+    return queue
+
+
 def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
     response = api.post("/compile", json=tiny(11, run_check=True))
     assert response.status_code == 200, response.text
