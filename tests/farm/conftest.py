@@ -111,12 +111,13 @@ class Farm:
         return boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        """A `devplan worker --name NAME` subprocess; `env` overrides the farm's environment."""
         log = (self.workdir / f"worker-{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
              "worker", "--name", name],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT,
         )
         self.workers[name] = proc
         return proc

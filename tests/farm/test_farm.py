@@ -8,6 +8,7 @@ import itertools
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -172,6 +173,41 @@ def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_
     assert redirect.status_code == 307
     assert httpx.get(redirect.headers["location"]).content == data
     assert api.get(f"/artifacts/{'0' * 64}").status_code == 404
+
+
+def test_queue_mode_with_a_shared_artifact_directory(farm: Farm, tmp_path: Path) -> None:
+    """DEVPLAN_ARTIFACT_DIR_SHARED=1: workers write the local store (a mount they all share)."""
+    shared = tmp_path / "shared-artifacts"
+    env = {
+        "DEVPLAN_ARTIFACT_URL": "",
+        "DEVPLAN_ARTIFACT_DIR": str(shared),
+        "DEVPLAN_ARTIFACT_DIR_SHARED": "1",
+        "DEVPLAN_QUEUE_NAME": "compile-shared",
+    }
+    name = f"w{next(_names)}"
+    farm.start_worker(name, **env)
+    try:
+        farm.wait_idle({name})
+        settings = settings_for(farm).model_copy(
+            update={
+                "artifact_url": "",
+                "artifact_dir": shared,
+                "artifact_dir_shared": True,
+                "queue_name": "compile-shared",
+            }
+        )
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            response = client.post("/compile", json=tiny(91))
+            assert response.status_code == 200, response.text
+            artifact_id = response.json()["artifact_id"]
+            library = shared / f"{artifact_id}.so"
+            download = client.get(f"/artifacts/{artifact_id}")
+            assert download.status_code == 200 and download.content == library.read_bytes()
+            assert hashlib.sha256(download.content).hexdigest() == artifact_id
+            assert client.post("/compile", json=tiny(91)).json()["cache_hit"] is True
+        assert [p.name for p in shared.glob("tmp-*")] == []
+    finally:
+        farm.stop_worker(name)
 
 
 def test_identical_requests_share_one_job(farm: Farm, held_api: TestClient, two_workers: list[str]) -> None:
