@@ -1,0 +1,530 @@
+"""Compare two plans (issue 22): which placements moved, were added or removed,
+which copies appeared or went, and how the predicted time changed; plus the
+`--fail-on` rules a CI job gates on and the text/json/markdown/JUnit renderings.
+
+Both sides are placement reports (`service.report`). Nodes are matched by what
+they compute, never by node ids or line numbers:
+
+1. *Identity.* A placement is identified by its global function, its kind
+   (operator call, call of a function, parameter), its operator (or callee) and
+   its position in the data flow: the identities of its inputs, in argument
+   order. A parameter's identity is its function and position in the parameter
+   list, so renaming a variable (parameter or let-bound) changes nothing.
+   Operator attributes are not part of the identity: a conv whose strides
+   changed is the same node. Two placements with the same identity on the same
+   side are told apart by the identities of their consumers, then by their order
+   of evaluation.
+2. *Exact pass.* Placements whose whole upstream cone is identical match.
+   Reordering independent bindings, adding lines above, or an edit in another
+   function or branch that shifts node ids moves nothing.
+3. *Propagation.* An unmatched placement matches an unmatched one on the other
+   side with the same function, kind and operator whose inputs lead to the same
+   matched placements, looking through unmatched ones: so an operator inserted
+   between `a` and `b` is "added" and `b` still matches `b`. Then one pass by
+   consumers: an unmatched input of a matched pair matches the unmatched input
+   in the same argument position on the other side when function, kind and
+   operator agree.
+
+What is left unmatched is "added" (after) or "removed" (before). A matched pair
+on different devices "moved". A copy is identified by the matches of the
+placements it copies from and into (or the function result it feeds) and its two
+devices; copies with no counterpart are "added" or "removed".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import relay
+
+DIFF_VERSION = 1
+EXIT_RULE_HIT = 6
+"""`devplan diff` exits 6 when a --fail-on rule is hit (5 is pytest's "no tests" for .ci/run)."""
+
+FORMATS = ("text", "json", "markdown", "junit")
+
+
+class RuleError(ValueError):
+    """A --fail-on rule that is not one of the known forms (a usage error)."""
+
+
+# ---------------------------------------------------------------------------
+# Matching
+
+
+Placement = Mapping[str, Any]
+
+
+def _key(p: Placement) -> tuple[Any, ...]:
+    """What must agree for two placements to be the same node (inputs aside)."""
+    index = p.get("index") if p["kind"] == "parameter" else None
+    return (p["function"], p["kind"], "" if p["kind"] == "parameter" else p["name"], index)
+
+
+class _Side:
+    """One report's placements, their identities and consumers."""
+
+    def __init__(self, placements: Sequence[Placement], intern: dict[tuple[Any, ...], int]) -> None:
+        self.by_node: dict[int, Placement] = {p["node"]: p for p in placements}
+        self.order = sorted(self.by_node)  # evaluation (post-) order: inputs first
+        self.pos = {n: i for i, n in enumerate(self.order)}
+        self.consumers: dict[int, list[tuple[int, int]]] = {n: [] for n in self.order}
+        for n in self.order:
+            for k, src in enumerate(self.by_node[n]["inputs"]):
+                if src in self.consumers:
+                    self.consumers[src].append((n, k))
+        # Deep identity: the key and the identities of the inputs (interned to ints).
+        self.sig: dict[int, int] = {}
+        for n in self.order:
+            p = self.by_node[n]
+            ins = tuple(self.sig.get(i, -1) for i in p["inputs"])
+            self.sig[n] = intern.setdefault((_key(p), ins), len(intern))
+        # Second identity: the deep identity plus the consumers' (to split duplicates).
+        self.sig2: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {
+            n: (self.sig[n], tuple(sorted((self.sig[c], k) for c, k in self.consumers[n])))
+            for n in self.order
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """before node id -> after node id (and back) for the matched placements."""
+
+    forward: Mapping[int, int]
+    backward: Mapping[int, int]
+
+
+def match(before: Sequence[Placement], after: Sequence[Placement]) -> Matching:
+    """Match the placements of two plans (the rule in this module's docstring)."""
+    intern: dict[tuple[Any, ...], int] = {}
+    a, b = _Side(before, intern), _Side(after, intern)
+    fwd: dict[int, int] = {}
+    bwd: dict[int, int] = {}
+
+    def pair(x: int, y: int) -> None:
+        fwd[x] = y
+        bwd[y] = x
+
+    # 2. Exact pass: same deep identity; split duplicates by consumers, then order.
+    for level in ("sig2", "sig"):
+        groups_a: dict[Any, list[int]] = {}
+        groups_b: dict[Any, list[int]] = {}
+        table_a = a.sig2 if level == "sig2" else a.sig
+        table_b = b.sig2 if level == "sig2" else b.sig
+        for n in a.order:
+            if n not in fwd:
+                groups_a.setdefault(table_a[n], []).append(n)
+        for n in b.order:
+            if n not in bwd:
+                groups_b.setdefault(table_b[n], []).append(n)
+        for s, xs in groups_a.items():
+            for x, y in zip(xs, groups_b.get(s, ())):
+                pair(x, y)
+
+    # 3. Propagation: same key, inputs leading to the same matched placements.
+    def anchors(side: _Side, n: int, matched: Mapping[int, int], to_before: bool) -> tuple[int, ...]:
+        out: list[int] = []
+        stack = list(reversed(side.by_node[n]["inputs"]))
+        seen: set[int] = set()
+        while stack:
+            i = stack.pop()
+            if i in seen or i not in side.by_node:
+                continue
+            seen.add(i)
+            if i in matched:
+                out.append(matched[i] if to_before else i)
+                continue
+            stack.extend(reversed(side.by_node[i]["inputs"]))
+        return tuple(out)
+
+    free_a: dict[tuple[Any, ...], list[int]] = {}
+    for n in a.order:
+        if n not in fwd:
+            free_a.setdefault(_key(a.by_node[n]), []).append(n)
+    for n in b.order:
+        if n in bwd:
+            continue
+        candidates = [x for x in free_a.get(_key(b.by_node[n]), ()) if x not in fwd]
+        if not candidates:
+            continue
+        want = anchors(b, n, bwd, True)
+        if not want and b.by_node[n]["inputs"]:
+            continue
+        found = next((x for x in candidates if anchors(a, x, fwd, False) == want), None)
+        if found is None and want:
+            # Loosest: the most shared anchors, at least one.
+            scored = [(len(set(want) & set(anchors(a, x, fwd, False))), -a.pos[x], x) for x in candidates]
+            best = max(scored)
+            if best[0] > 0 and sum(1 for s in scored if s[0] == best[0]) == 1:
+                found = best[2]
+        if found is not None:
+            pair(found, n)
+
+    # 3b. By consumers: unmatched inputs in the same argument position of a matched pair.
+    for y in reversed(b.order):
+        x_of = bwd.get(y)
+        if x_of is None:
+            continue
+        ins_a = a.by_node[x_of]["inputs"]
+        ins_b = b.by_node[y]["inputs"]
+        for i, j in zip(ins_a, ins_b):
+            if i in fwd or j in bwd or i not in a.by_node or j not in b.by_node:
+                continue
+            if _key(a.by_node[i]) == _key(b.by_node[j]):
+                pair(i, j)
+    return Matching(fwd, bwd)
+
+
+# ---------------------------------------------------------------------------
+# The diff
+
+
+def _ref(p: Placement) -> dict[str, Any]:
+    return {
+        "node": p["node"],
+        "kind": p["kind"],
+        "name": p["name"],
+        "function": p["function"],
+        "line": p.get("line"),
+        "column": p.get("column"),
+        "device": p["device"],
+        "decided_by": p.get("decided_by"),
+    }
+
+
+def _copy_key(c: Mapping[str, Any], to_before: Mapping[int, int] | None) -> tuple[Any, ...]:
+    def ends(nodes: Iterable[int]) -> tuple[Any, ...]:
+        if to_before is None:
+            return tuple(sorted(nodes))
+        return tuple(sorted(to_before.get(n, -1 - n) for n in nodes))  # unmatched: never equal
+
+    return (ends(c["from"]), ends(c["to"]), c.get("into_result"), c["src"], c["dst"])
+
+
+def _copy_ref(c: Mapping[str, Any], by_node: Mapping[int, Placement]) -> dict[str, Any]:
+    def names(nodes: Iterable[int]) -> list[str]:
+        return [f"{by_node[n]['name']} #{n}" for n in nodes if n in by_node]
+
+    return {
+        "src": c["src"],
+        "dst": c["dst"],
+        "bytes": c.get("bytes"),
+        "line": c.get("line"),
+        "column": c.get("column"),
+        "from": names(c["from"]),
+        "to": names(c["to"]) or ([f"result of {c['into_result']}"] if c.get("into_result") else []),
+    }
+
+
+def _operator_counts(placements: Sequence[Placement]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in placements:
+        if p["kind"] == "operator":
+            out[p["device"]] = out.get(p["device"], 0) + 1
+    return out
+
+
+def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The diff JSON of two placement reports (before -> after)."""
+    pa: Sequence[Placement] = before["placements"]
+    pb: Sequence[Placement] = after["placements"]
+    m = match(pa, pb)
+    a_by = {p["node"]: p for p in pa}
+    b_by = {p["node"]: p for p in pb}
+    moved = [
+        {"before": _ref(a_by[x]), "after": _ref(b_by[y])}
+        for x, y in sorted(m.forward.items())
+        if a_by[x]["device"] != b_by[y]["device"]
+    ]
+    added = [_ref(p) for p in pb if p["node"] not in m.backward]
+    removed = [_ref(p) for p in pa if p["node"] not in m.forward]
+    # Copies: multiset difference by identity.
+    keys_a: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for c in before.get("copies", ()):
+        keys_a.setdefault(_copy_key(c, None), []).append(c)
+    copies_added = []
+    for c in after.get("copies", ()):
+        same = keys_a.get(_copy_key(c, m.backward))
+        if same:
+            same.pop()
+        else:
+            copies_added.append(_copy_ref(c, b_by))
+    copies_removed = [_copy_ref(c, a_by) for cs in keys_a.values() for c in cs]
+    ms_a = (before.get("prediction") or {}).get("predicted_ms")
+    ms_b = (after.get("prediction") or {}).get("predicted_ms")
+    delta = ms_b - ms_a if ms_a is not None and ms_b is not None else None
+    ratio = (ms_b / ms_a - 1.0) if ms_a and ms_b is not None else None
+    counts_a, counts_b = _operator_counts(pa), _operator_counts(pb)
+    per_device = {
+        d: {
+            "before": counts_a.get(d, 0),
+            "after": counts_b.get(d, 0),
+            "delta": counts_b.get(d, 0) - counts_a.get(d, 0),
+        }
+        for d in sorted(set(counts_a) | set(counts_b), key=lambda d: (d != "cpu", d))
+    }
+    changed = bool(moved or added or removed or copies_added or copies_removed)
+    return {
+        "diff_version": DIFF_VERSION,
+        "changed": changed,
+        "matched": len(m.forward),
+        "moved": moved,
+        "added": added,
+        "removed": removed,
+        "copies_added": copies_added,
+        "copies_removed": copies_removed,
+        "copies": {
+            "before": len(before.get("copies", ())),
+            "after": len(after.get("copies", ())),
+            "bytes_added": sum(c["bytes"] or 0 for c in copies_added),
+            "bytes_removed": sum(c["bytes"] or 0 for c in copies_removed),
+        },
+        "predicted_ms": {
+            "before": ms_a,
+            "after": ms_b,
+            "delta": delta,
+            "change": ratio,
+        },
+        "per_device": per_device,
+    }
+
+
+# ---------------------------------------------------------------------------
+# --fail-on rules
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One --fail-on rule: `copies-added`, `moved-to:DEVICE`,
+    `predicted-regression:PERCENT%`, `any-change`."""
+
+    text: str
+    kind: str
+    device: str | None = None
+    percent: float | None = None
+
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%?\s*$")
+
+
+def parse_rules(texts: Iterable[str]) -> list[Rule]:
+    """Rules from --fail-on values (each may be a comma-separated list); raises RuleError."""
+    out: list[Rule] = []
+    for text in texts:
+        for item in (t.strip() for t in text.split(",")):
+            if not item:
+                continue
+            head, sep, arg = item.partition(":")
+            if head in ("copies-added", "any-change") and not sep:
+                out.append(Rule(item, head))
+            elif head == "moved-to" and arg.strip():
+                out.append(Rule(item, head, device=relay.canonical_device_name(arg.strip())))
+            elif head == "predicted-regression" and _PERCENT.match(arg):
+                found = _PERCENT.match(arg)
+                assert found is not None
+                out.append(Rule(item, head, percent=float(found.group(1))))
+            else:
+                raise RuleError(
+                    f"--fail-on: unknown rule {item!r} (copies-added, moved-to:DEVICE, "
+                    "predicted-regression:PERCENT%, any-change)"
+                )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RuleResult:
+    rule: Rule
+    hit: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule.text, "hit": self.hit, "message": self.message}
+
+
+def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResult]:
+    """Each rule against a diff: hit or not, and why."""
+    out = []
+    for r in rules:
+        if r.kind == "copies-added":
+            n = len(diff["copies_added"])
+            nbytes = diff["copies"]["bytes_added"]
+            out.append(RuleResult(r, n > 0, f"{n} copies added ({nbytes} bytes)" if n else "no copy added"))
+        elif r.kind == "moved-to":
+            hits = [m for m in diff["moved"] if m["after"]["device"] == r.device]
+            text = ", ".join(_node_text(m["after"]) for m in hits[:10])
+            more = f" and {len(hits) - 10} more" if len(hits) > 10 else ""
+            msg = f"{len(hits)} moved to {r.device}: {text}{more}" if hits else f"nothing moved to {r.device}"
+            out.append(RuleResult(r, bool(hits), msg))
+        elif r.kind == "predicted-regression":
+            pm = diff["predicted_ms"]
+            assert r.percent is not None
+            if pm["before"] is None or pm["after"] is None:
+                out.append(RuleResult(r, False, "no predicted time on one side: not checked"))
+                continue
+            change = (pm["after"] - pm["before"]) / pm["before"] * 100 if pm["before"] else 0.0
+            hit = pm["after"] > pm["before"] * (1 + r.percent / 100) and not math.isclose(
+                pm["after"], pm["before"] * (1 + r.percent / 100)
+            )
+            msg = f"predicted {pm['before']:.3f} ms -> {pm['after']:.3f} ms ({change:+.1f}%, limit +{r.percent:g}%)"
+            out.append(RuleResult(r, hit, msg))
+        else:
+            n = sum(len(diff[k]) for k in ("moved", "added", "removed", "copies_added", "copies_removed"))
+            out.append(
+                RuleResult(r, bool(diff["changed"]), f"{n} changes" if diff["changed"] else "no change")
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Renderers
+
+
+def _node_text(ref: Mapping[str, Any]) -> str:
+    where = f" at {ref['line']}:{ref['column']}" if ref.get("line") is not None else ""
+    return f"{ref['name']} #{ref['node']}{where} ({ref['function']})"
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f} ms"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "? B"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _copy_text(c: Mapping[str, Any]) -> str:
+    where = f" at {c['line']}:{c['column']}" if c.get("line") is not None else ""
+    src = ", ".join(c["from"]) or "?"
+    dst = ", ".join(c["to"]) or "?"
+    return f"{c['src']} -> {c['dst']} {_bytes(c.get('bytes'))}{where}: {src} -> {dst}"
+
+
+def _prediction_line(diff: Mapping[str, Any]) -> str:
+    pm = diff["predicted_ms"]
+    change = f" ({pm['change'] * 100:+.1f}%)" if pm.get("change") is not None else ""
+    return f"predicted time: {_ms(pm['before'])} -> {_ms(pm['after'])}{change}"
+
+
+def render_text(diff: Mapping[str, Any], results: Sequence[RuleResult] = ()) -> str:
+    """A terminal-readable diff."""
+    lines = []
+    if not diff["changed"]:
+        lines.append(f"no placement changed ({diff['matched']} placements matched)")
+    for m in diff["moved"]:
+        lines.append(f"moved   {_node_text(m['after'])}: {m['before']['device']} -> {m['after']['device']}")
+    for p in diff["added"]:
+        lines.append(f"added   {_node_text(p)} on {p['device']}")
+    for p in diff["removed"]:
+        lines.append(f"removed {_node_text(p)} (was on {p['device']})")
+    for c in diff["copies_added"]:
+        lines.append(f"copy added   {_copy_text(c)}")
+    for c in diff["copies_removed"]:
+        lines.append(f"copy removed {_copy_text(c)}")
+    lines.append(_prediction_line(diff))
+    counts = ", ".join(
+        f"{d} {v['before']} -> {v['after']}" for d, v in diff["per_device"].items() if v["delta"]
+    )
+    if counts:
+        lines.append(f"operator calls per device: {counts}")
+    for r in results:
+        lines.append(f"{'FAIL' if r.hit else 'ok  '} {r.rule.text}: {r.message}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(diff: Mapping[str, Any], results: Sequence[RuleResult] = ()) -> str:
+    """The diff JSON (with `rules` when rules were given)."""
+    out = dict(diff)
+    if results:
+        out["rules"] = [r.to_json() for r in results]
+        out["failed"] = any(r.hit for r in results)
+    return json.dumps(out, indent=2) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(diff: Mapping[str, Any], results: Sequence[RuleResult] = ()) -> str:
+    """A CI comment or step summary."""
+    failed = any(r.hit for r in results)
+    head = "Placement diff: " + (
+        "**regression**" if failed else "changed" if diff["changed"] else "no change"
+    )
+    lines = [f"### {head}", "", f"- {_prediction_line(diff)}"]
+    cb, ca = diff["copies"]["before"], diff["copies"]["after"]
+    lines.append(f"- copies: {cb} -> {ca}")
+    if diff["per_device"]:
+        lines.append(
+            "- operator calls per device: "
+            + ", ".join(f"{d} {v['before']} -> {v['after']}" for d, v in diff["per_device"].items())
+        )
+    if results:
+        lines += ["", "| rule | result | detail |", "| --- | --- | --- |"]
+        for r in results:
+            lines.append(f"| `{_md(r.rule.text)}` | {'❌ hit' if r.hit else '✅ ok'} | {_md(r.message)} |")
+    rows: list[tuple[str, str, str, str]] = []
+    for m in diff["moved"]:
+        rows.append(("moved", _node_text(m["after"]), m["before"]["device"], m["after"]["device"]))
+    for p in diff["added"]:
+        rows.append(("added", _node_text(p), "", p["device"]))
+    for p in diff["removed"]:
+        rows.append(("removed", _node_text(p), p["device"], ""))
+    if rows:
+        lines += ["", "| change | node | before | after |", "| --- | --- | --- | --- |"]
+        lines += [f"| {a} | {_md(b)} | {c} | {d} |" for a, b, c, d in rows[:200]]
+        if len(rows) > 200:
+            lines.append(f"\n{len(rows) - 200} more rows in the JSON diff")
+    copies = [("added", c) for c in diff["copies_added"]] + [("removed", c) for c in diff["copies_removed"]]
+    if copies:
+        lines += ["", "| copy | devices | bytes | from -> to |", "| --- | --- | --- | --- |"]
+        for what, c in copies:
+            ends = f"{', '.join(c['from']) or '?'} -> {', '.join(c['to']) or '?'}"
+            lines.append(f"| {what} | {c['src']} -> {c['dst']} | {_bytes(c.get('bytes'))} | {_md(ends)} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(diff: Mapping[str, Any], results: Sequence[RuleResult] = ()) -> str:
+    """JUnit XML: one test case per rule (a rule that is hit is a failure)."""
+    suite = ET.Element(
+        "testsuite",
+        name="devplan diff",
+        tests=str(len(results)),
+        failures=str(sum(1 for r in results if r.hit)),
+        errors="0",
+        skipped="0",
+    )
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname="devplan.diff", name=r.rule.text)
+        if r.hit:
+            failure = ET.SubElement(case, "failure", message=r.message, type="placement-regression")
+            lines = render_text(diff).splitlines()
+            more = [f"... {len(lines) - 60} more lines in the JSON diff"] if len(lines) > 60 else []
+            failure.text = "\n".join(lines[:60] + more)
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = r.message
+    root = ET.Element(
+        "testsuites", name="devplan", tests=suite.get("tests", "0"), failures=suite.get("failures", "0")
+    )
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown, "junit": render_junit}
+
+
+def render(diff: Mapping[str, Any], fmt: str, results: Sequence[RuleResult] = ()) -> str:
+    """The diff in one of FORMATS."""
+    return RENDERERS[fmt](diff, results)
