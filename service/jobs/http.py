@@ -11,11 +11,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from service.artifact_store import ArtifactBackend, open_store
+from service.artifact_store import ArtifactBackend, ArtifactStoreUnavailable, open_store
 from service.config import Settings
 from service.errors import ARTIFACT_STORE_UNAVAILABLE, QUEUE_UNAVAILABLE, ErrorKind
 from service.jobs.models import JobOut
-from service.jobs.queue import JobQueue, JobView
+from service.jobs.queue import JobQueue, JobView, QueueUnavailable
 from service.logs import current_request_id
 from service.models import CompileRequest, CompileResponse, to_plan_job
 from service.planning import PlanFailure
@@ -113,3 +113,21 @@ async def wait_for(queue: JobQueue, job_id: str, timeout_s: float) -> tuple[JobV
         if loop.time() >= deadline:
             return None, True
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+
+
+async def farm_dependency_down(request: Request) -> tuple[str, str] | None:
+    """For /readyz: ("redis" | "artifact-store", why) when a farm dependency does not answer,
+    None when both do (or no queue is configured). Each check blocks up to a few seconds, so
+    they run in a thread."""
+    settings: Settings = request.app.state.settings
+    if not settings.queue_url:
+        return None
+    try:
+        await asyncio.to_thread(job_queue(request).ping)
+    except QueueUnavailable as err:
+        return "redis", str(err)
+    try:
+        await asyncio.to_thread(artifact_backend(request).ping)
+    except ArtifactStoreUnavailable as err:
+        return "artifact-store", str(err)
+    return None

@@ -3,12 +3,14 @@ SpawnWorkers), moto's S3 server on loopback, and the API in process (issue 20)."
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from service.artifacts import cache_key
 from service.config import Settings
+from service.jobs.http import farm_dependency_down
 from service.jobs.queue import JobQueue
 from service.main import create_app
 from service.models import CompileRequest
@@ -350,6 +353,8 @@ def test_redis_down_is_503_while_plan_works_and_jobs_run_after(
             assert response.headers["content-type"].startswith("application/problem+json")
             assert response.json()["type"].endswith("/queue-unavailable")
             assert int(response.headers["retry-after"]) > 0
+        down = asyncio.run(farm_dependency_down(SimpleNamespace(app=api.app)))  # type: ignore[arg-type]
+        assert down is not None and down[0] == "redis"
         plan = api.post("/plan", json={"module": tiny(51)["module"], "virtual_devices": ["cpu:0", "cpu:1"]})
         assert plan.status_code == 200, plan.text
         metrics = api.get("/metrics").text
@@ -357,6 +362,7 @@ def test_redis_down_is_503_while_plan_works_and_jobs_run_after(
             assert "devplan_queue_up 0.0" in metrics
     finally:
         farm.redis.start()  # AOF: the queue and the workers' registrations survive
+    assert asyncio.run(farm_dependency_down(SimpleNamespace(app=api.app))) is None  # type: ignore[arg-type]
     response = api.post("/compile", json=tiny(52))
     assert response.status_code == 200, response.text
     assert response.json()["cache_hit"] is False
