@@ -171,10 +171,7 @@ def internal_failure(message: str) -> PlanFailure:
 
 
 def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:
-    """The worker process: send {"ok": result} or {"error": failure}; never raise.
-    The answer also carries the log records this process dropped (see _process_main)."""
-    from service.logs import take_unreported_drops
-
+    """The worker process: send {"ok": result} or {"error": failure}; never raise."""
     try:
         result: dict[str, Any] = {"ok": compile_request(job)}
     except PlanFailure as failure:
@@ -184,6 +181,14 @@ def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) ->
         result = {"error": internal_failure(f"{type(exc).__name__}: {exc}").as_dict()}
     if "error" in result:
         Path(job.library).unlink(missing_ok=True)
+    send_answer(conn, result)
+
+
+def send_answer(conn: multiprocessing.connection.Connection, result: dict[str, Any]) -> None:
+    """Send a compile process's answer with the log records it dropped (see _process_main),
+    which CompileRun.wait hands to the web process's metric; then close the pipe."""
+    from service.logs import take_unreported_drops
+
     dropped = take_unreported_drops()
     if dropped:
         result[LOG_DROPS_KEY] = dropped

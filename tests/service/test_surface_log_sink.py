@@ -3,11 +3,14 @@ once its output drains again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from service.logs import DroppingQueueHandler, JsonFormatter, _Sink
 
@@ -57,3 +60,34 @@ def test_a_blocked_output_drops_records_and_reports_them_when_it_drains() -> Non
     assert report["dropped"] == sink.dropped and str(sink.dropped) in str(report["msg"])
     stream.close()
     os.close(read_end)
+
+
+def _log_into_an_unread_pipe(job: Any, conn: Any) -> None:
+    """A compile process's target: its stderr becomes a pipe nobody reads, it logs far more
+    than the pipe and its queue hold, and answers as the real worker does."""
+    from service.compile_workers import send_answer
+
+    _, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    log = logging.getLogger("devplan.compile")
+    for i in range(3000):
+        log.warning("compile progress %d", i)
+    send_answer(conn, {"ok": {"sha256": "0" * 64}})
+
+
+def test_a_compile_process_reports_the_records_it_dropped(tmp_path: Path) -> None:
+    from service.compile_workers import LOG_DROPS_KEY, CompileJob, CompileRun
+    from service.logs import DEFAULT_QUEUE_SIZE, dropped_counts
+    from service.planning import PlanJob
+
+    job = CompileJob(PlanJob(module="def @main() { 1 }"), None, None, False, str(tmp_path / "lib.so"))
+    before = dropped_counts()["compile"]
+    run = CompileRun(job, target=_log_into_an_unread_pipe)
+    try:
+        answer = asyncio.run(run.wait(120))
+    finally:
+        run.stop()
+    assert answer == {"ok": {"sha256": "0" * 64}}  # the count went to the metric, not the client
+    assert LOG_DROPS_KEY not in answer
+    # 3,000 records; the queue holds DEFAULT_QUEUE_SIZE, the one-page-or-more pipe a few dozen.
+    assert dropped_counts()["compile"] - before >= 3000 - DEFAULT_QUEUE_SIZE - 1000
