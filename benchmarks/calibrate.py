@@ -164,6 +164,10 @@ def measure(models: Sequence[str], repeat: int, kernel_budget_s: float) -> dict[
         "note": "VM call with inputs on the device; best of the runs; 2-core box shared with other work",
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "models": {},
+        "cuda_runs": {
+            "source": "issue 17: the bridge's all-GPU builds (dlight default schedules) on an NVIDIA H200",
+            "ms": H200_RUNS_MS,
+        },
     }
     for name in models:
         module = load_model(name)
