@@ -235,13 +235,18 @@ def primitive_function(call: Call) -> Function | None:
     return fn if isinstance(fn, Function) and fn.is_primitive else None
 
 
-def kernel_ops(call: Call) -> list[str]:
-    """The operators a kernel computes: an operator call's own, or every
-    operator of a fused function's body (a device must support them all)."""
+def kernel_ops(call: Call) -> list[Call]:
+    """The operator calls a kernel computes: an operator call itself, or
+    every operator call of a fused function's body (a device must support
+    them all; a conflict names the one it lacks, where it is)."""
     fn = primitive_function(call)
     if fn is None:
-        return [call.op.name] if isinstance(call.op, Op) else []
-    return [n.op.name for n in post_order([fn.body]) if type(n) is Call and type(n.op) is Op]
+        return [call] if isinstance(call.op, Op) else []
+    return [
+        n
+        for n in post_order([fn.body])
+        if type(n) is Call and type(n.op) is Op and n.op.name not in SPECIAL_OPS
+    ]
 
 
 def _operator_part(call: Call, sizes: Sizes, assume_dim: int) -> KernelPart:
@@ -262,12 +267,7 @@ def kernel_work(call: Call, sizes: Sizes, assume_dim: int) -> KernelWork:
     fn = primitive_function(call)
     if fn is None:
         return KernelWork((_operator_part(call, sizes, assume_dim),), moved)
-    parts = tuple(
-        _operator_part(n, sizes, assume_dim)
-        for n in post_order([fn.body])
-        if type(n) is Call and type(n.op) is Op and n.op.name not in SPECIAL_OPS
-    )
-    return KernelWork(parts, moved)
+    return KernelWork(tuple(_operator_part(n, sizes, assume_dim) for n in kernel_ops(call)), moved)
 
 
 def kernel_costs(call: Call, sizes: Sizes, setup: DeviceSetup) -> list[int]:
