@@ -184,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="DEVPLAN_LOG_LEVEL (default info)",
     )
 
-    w = sub.add_parser("worker", help="run a build-farm worker: compile jobs from the Redis queue (needs tvm)")
+    w = sub.add_parser(
+        "worker", help="run a build-farm worker: compile jobs from the Redis queue (needs tvm)"
+    )
     w.add_argument("--queue-url", help="redis://host:6379/0 (DEVPLAN_QUEUE_URL)")
     w.add_argument("--queues", default=None, help="comma-separated queue names (DEVPLAN_QUEUE_NAME, compile)")
     w.add_argument("--burst", action="store_true", help="exit once the queue is empty")
@@ -243,6 +245,7 @@ def _read_input(path: str) -> tuple[str, str]:
 def _make_job(args: argparse.Namespace) -> PlanJob:
     from pydantic import TypeAdapter, ValidationError
 
+    import solver
     from service.models import DeviceConstraint, DeviceSpecField, constraint_to_plain, spec_to_plain
     from service.planning import PlanJob
 
@@ -267,8 +270,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         raise UsageError("--timeout-ms: must be a positive number of milliseconds")
     why = tuple(_parse_selector(text) for text in args.why)
     module, name = _read_input(args.input)
-    return PlanJob(
-        module=module,
+    options = solver.PlanOptions(
         virtual_devices=virtual_devices,
         default_device=_parse_spec(args.default_device, "--default-device"),
         host_device=_parse_spec(args.host_device, "--host-device"),
@@ -276,6 +278,10 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         timeout_ms=args.timeout_ms,
         z3_check=args.z3_check,
         **_optimize_options(args),
+    )
+    return PlanJob(
+        module=module,
+        options=options,
         output_format=args.output_format,
         explain=args.explain,
         name=name,
@@ -324,19 +330,20 @@ def _read_json_file(path: str, flag: str) -> Any:
 
 
 def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The optimize-mode fields of a job from the flags, validated by the
-    request model's own rules (so the CLI and /plan accept the same files)."""
+    """The optimize-mode options from the flags (`solver.PlanOptions` fields),
+    each file validated by the request model's own rules for its field
+    (`service.models.plain_option`), so the CLI and /plan accept the same files."""
     from pydantic import ValidationError
 
-    from service.models import PlanRequest, optimize_to_plain
+    from service.models import plain_option
 
-    raw: dict[str, Any] = {"module": "", "mode": args.mode}
+    raw: dict[str, Any] = {}
     files = {
-        "--device-profiles": ("device_profiles", args.device_profiles),
-        "--op-support": ("op_support", args.op_support),
-        "--cost-table": ("cost_table", args.cost_table),
+        "device_profiles": ("--device-profiles", args.device_profiles),
+        "op_support": ("--op-support", args.op_support),
+        "cost_table": ("--cost-table", args.cost_table),
     }
-    for flag, (field, path) in files.items():
+    for field, (flag, path) in files.items():
         if path is not None:
             raw[field] = _read_json_file(path, flag)
     budgets = raw.setdefault("device_profiles", {})
@@ -354,15 +361,14 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(profile, dict):
             raise UsageError(f"--device-profiles: the profile of {name.strip()} must be an object")
         profile["memory_bytes"] = nbytes
-    try:
-        request = PlanRequest.model_validate(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        field = str(first.get("loc", ("",))[0])
-        flag = next((f for f, (name, _) in files.items() if name == field), "--mode")
-        raise UsageError(f"{flag}: {_first_error(err)}") from None
-    options = optimize_to_plain(request)
-    del options["z3_check"]  # its own flag
+    options: dict[str, Any] = {"mode": args.mode}
+    for field, value in raw.items():
+        try:
+            options[field] = plain_option(field, value)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join([field, *(str(p) for p in first.get("loc", ()))])
+            raise UsageError(f"{files[field][0]}: {where}: {first['msg']}") from None
     return options
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 
 import solver
 
@@ -161,19 +161,44 @@ class CostTableIn(BaseModel):
     entries: list[CostTableEntry] = Field(..., max_length=1_000_000)
 
 
-def optimize_to_plain(options: PlanRequest) -> dict[str, Any]:
-    """The optimize fields as PlanJob keyword arguments (plain data, unset overrides dropped)."""
-    return {
-        "mode": options.mode,
-        "z3_check": options.z3_check,
-        "op_support": {name: list(s.unsupported) for name, s in options.op_support.items()},
-        "device_profiles": {
-            name: p.model_dump(exclude_none=True) for name, p in options.device_profiles.items()
-        },
-        "links": {pair: link.model_dump(exclude_none=True) for pair, link in options.links.items()},
-        "cost_table": options.cost_table.model_dump() if options.cost_table is not None else None,
-        "assume_dim": options.assume_dim,
-    }
+def _plain_op_support(value: dict[str, OpSupport]) -> dict[str, list[str]]:
+    return {name: list(s.unsupported) for name, s in value.items()}
+
+
+def _plain_profiles(value: dict[str, DeviceProfileIn]) -> dict[str, dict[str, float]]:
+    return {name: p.model_dump(exclude_none=True) for name, p in value.items()}
+
+
+def _plain_links(value: dict[str, LinkIn]) -> dict[str, dict[str, float]]:
+    return {pair: link.model_dump(exclude_none=True) for pair, link in value.items()}
+
+
+def _plain_cost_table(value: CostTableIn | None) -> dict[str, Any] | None:
+    return value.model_dump() if value is not None else None
+
+
+# The optimize-mode fields of a request as `solver.PlanOptions` holds them (plain
+# data, unset overrides dropped): one conversion for /plan and the CLI's files.
+_PLAIN_OPTIONS: dict[str, Any] = {
+    "op_support": _plain_op_support,
+    "device_profiles": _plain_profiles,
+    "links": _plain_links,
+    "cost_table": _plain_cost_table,
+}
+
+
+def plain_option(name: str, raw: Any) -> Any:
+    """One optimize-mode field of a request (`op_support`, `device_profiles`,
+    `links`, `cost_table`) in its wire form, validated by `PlanRequest`'s own
+    rules and returned as `solver.PlanOptions` holds it. The CLI reads its
+    files through this, so it accepts exactly what /plan accepts. Raises
+    pydantic's ValidationError."""
+    info = PlanRequest.model_fields[name]
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[annotation, *info.metadata]
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+    return _PLAIN_OPTIONS[name](adapter.validate_python(raw, strict=True))
 
 
 # --------------------------------------------------------------------------
@@ -262,24 +287,35 @@ class PlanRequest(BaseModel):
         1, ge=1, le=1 << 30, description="Optimize mode: what a symbolic dimension (`?`) counts as."
     )
 
+    def to_options(self, timeout_ms: int) -> solver.PlanOptions:
+        """The request's planning options (plain data) with the time limit `timeout_ms`."""
+        return solver.PlanOptions(
+            virtual_devices=tuple(spec_to_plain(s) for s in self.virtual_devices),
+            default_device=spec_to_plain(self.default_device),
+            host_device=spec_to_plain(self.host_device),
+            constraints=tuple(constraint_to_plain(c) for c in self.constraints),
+            timeout_ms=timeout_ms,
+            z3_check=self.z3_check,
+            mode=self.mode,
+            op_support=_plain_op_support(self.op_support),
+            device_profiles=_plain_profiles(self.device_profiles),
+            links=_plain_links(self.links),
+            cost_table=_plain_cost_table(self.cost_table),
+            assume_dim=self.assume_dim,
+        )
 
-def to_plan_job(
-    request: PlanRequest, settings: Settings, *, request_id: str | None = None
-) -> PlanJob:
+
+def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | None = None) -> PlanJob:
     """The planning job of a /plan or /compile request, its time limit clamped
     to the server's bounds (the request's `timeout_ms`, else the default, at most
     `max_timeout_ms`)."""
     from service.planning import PlanJob
 
+    timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
     return PlanJob(
         module=request.module,
+        options=request.to_options(timeout_ms),
         input_format=request.format,
-        virtual_devices=tuple(spec_to_plain(s) for s in request.virtual_devices),
-        default_device=spec_to_plain(request.default_device),
-        host_device=spec_to_plain(request.host_device),
-        constraints=tuple(constraint_to_plain(c) for c in request.constraints),
-        timeout_ms=min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms),
-        **optimize_to_plain(request),
         output_format=request.output_format,
         explain=request.explain,
         name="<request>",

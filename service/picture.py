@@ -3,7 +3,7 @@ as Graphviz DOT, rendered to SVG by `dot`.
 
 Nodes are the input module's operator calls, calls of functions, `if`/`match`,
 parameters and each function's result, labelled with their node ids (the
-post-order ids of `solver.why`) and filled with their device's color; copies
+post-order ids of `solver.selectors`) and filled with their device's color; copies
 are marked edges labelled with the bytes copied (from inferred types); pinned
 nodes (annotations, request pins) are outlined. Over `max_nodes` operators,
 runs of operators on one device (a chain with no branch) collapse into one
@@ -30,10 +30,11 @@ import solver
 from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
-from solver.why import input_roots, node_ids, planned_roots, select, wrapper_op
+from solver import input_roots, node_ids, planned_roots, wrapper_op
+from solver import resolve as select
 
-MAX_NODES = 250
-"""Operators shown one by one; above it, single-device runs collapse."""
+MAX_NODES = 60
+"""Operators shown one by one; above it, single-device runs collapse (issue 22: was 250)."""
 
 RENDER_TIMEOUT_S = 60.0
 

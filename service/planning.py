@@ -8,6 +8,7 @@ Everything crossing a process boundary here is plain data (str, int, dict, list)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -70,32 +71,60 @@ def too_large_failure(limit_bytes: int | None) -> PlanFailure:
     return PlanFailure.plain(KIND_TOO_LARGE, message)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PlanJob:
-    """What to plan and how; every field is plain data so it pickles cheaply."""
+    """What to plan and how: the module, the solver's options (`solver.PlanOptions`,
+    built by the request model or the CLI) and how to present the outcome. Every
+    field is plain data so it pickles cheaply.
+
+    Option fields may also be given by name (`PlanJob(module=m, timeout_ms=5)`,
+    `dataclasses.replace(job, timeout_ms=5)`): they are folded into `options`."""
 
     module: str
-    input_format: Format | None = None  # None: detect (JSON starts with `{`)
-    virtual_devices: tuple[solver.DeviceSpec, ...] = ()
-    default_device: solver.DeviceSpec = "cuda"
-    host_device: solver.DeviceSpec = "cpu"
-    constraints: tuple[dict[str, Any], ...] = ()
-    timeout_ms: int = 10_000
-    z3_check: bool = False  # TVM mode: confirm the plan with Z3 (it cannot change it)
-    # Optimize mode (issue 11): the request's fields, as plain data.
-    mode: str = "tvm"
-    op_support: dict[str, list[str]] = field(default_factory=dict)
-    device_profiles: dict[str, dict[str, float]] = field(default_factory=dict)
-    links: dict[str, dict[str, float]] = field(default_factory=dict)
-    cost_table: dict[str, Any] | None = None
-    assume_dim: int = 1
-    output_format: Format = "text"
-    explain: bool = False
-    name: str = "<request>"
-    request_id: str | None = None  # for the worker's log lines
+    options: solver.PlanOptions
+    input_format: Format | None  # None: detect (JSON starts with `{`)
+    output_format: Format
+    explain: bool
+    name: str
+    request_id: str | None  # for the worker's log lines
     # Issue 13: selectors to explain (`why`), and the picture's options (None: no picture).
-    why: tuple[dict[str, Any], ...] = ()
-    picture: dict[str, Any] | None = None
+    why: tuple[dict[str, Any], ...]
+    picture: dict[str, Any] | None
+
+    def __init__(
+        self,
+        module: str,
+        options: solver.PlanOptions | None = None,
+        *,
+        input_format: Format | None = None,
+        output_format: Format = "text",
+        explain: bool = False,
+        name: str = "<request>",
+        request_id: str | None = None,
+        why: tuple[dict[str, Any], ...] = (),
+        picture: dict[str, Any] | None = None,
+        **option_fields: Any,
+    ) -> None:
+        options = options if options is not None else solver.PlanOptions()
+        if option_fields:
+            options = dataclasses.replace(options, **option_fields)
+        for key, value in (
+            ("module", module),
+            ("options", options),
+            ("input_format", input_format),
+            ("output_format", output_format),
+            ("explain", explain),
+            ("name", name),
+            ("request_id", request_id),
+            ("why", why),
+            ("picture", picture),
+        ):
+            object.__setattr__(self, key, value)
+
+    @property
+    def timeout_ms(self) -> int:
+        """The job's time limit (parse, plan)."""
+        return self.options.timeout_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,24 +251,9 @@ def build_config(
     """The solver's PlanConfig for a job (its time limit `timeout_ms`, default the
     job's, measured on `clock`); raises PlanFailure(invalid-config)."""
     try:
-        return solver.PlanConfig(
-            virtual_devices=tuple(job.virtual_devices),
-            default_device=job.default_device,
-            host_device=job.host_device,
-            constraints=tuple(job.constraints),
-            timeout_ms=job.timeout_ms if timeout_ms is None else timeout_ms,
-            clock=clock,
-            z3_check=job.z3_check,
-            mode=job.mode,
-            op_support=job.op_support,
-            device_profiles=job.device_profiles,
-            links=job.links,
-            cost_table=job.cost_table,
-            assume_dim=job.assume_dim,
-        )
+        return job.options.to_config(timeout_ms=timeout_ms, clock=clock)
     except (solver.PlanConfigError, ValueError, TypeError) as err:
-        message = str(err)
-        raise PlanFailure.plain(KIND_CONFIG, message) from None
+        raise PlanFailure.plain(KIND_CONFIG, str(err)) from None
 
 
 def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
@@ -324,7 +338,8 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     if job.picture is not None:
         from service.picture import build_picture
 
-        outcome.picture = build_picture(module, result, constraints=job.constraints, **job.picture).to_json()
+        constraints = job.options.constraints
+        outcome.picture = build_picture(module, result, constraints=constraints, **job.picture).to_json()
     if job.explain:
         outcome.explanation = explain_success(outcome)
     return outcome
@@ -333,7 +348,7 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
 def _check_at_selectors(job: PlanJob) -> None:
     """`{"at": "LINE:COL"}` names a position of the input text: JSON input has none."""
     fmt = job.input_format or detect_format(job.module)
-    selectors = [*job.why, *(c.get("select", {}) for c in job.constraints)]
+    selectors = [*job.why, *(c.get("select", {}) for c in job.options.constraints)]
     if fmt == "json" and any(isinstance(s, dict) and "at" in s for s in selectors):
         message = "'at' selectors need text input; select JSON nodes with {\"node\": ID}"
         raise PlanFailure.plain(KIND_CONFIG, message)

@@ -1,29 +1,57 @@
 """Device planning for Relay modules: TVM PlanDevices semantics on a union-find
-presolve with Z3 as the solver of record (see docs/device-planning.md)."""
+presolve with Z3 as the solver of record (see docs/device-planning.md).
 
-from .config import DeviceSpec, PlanConfig, complete_spec, resolve_device
+What the service (and any other caller) uses is exported here: `plan` with
+its `PlanConfig` (built from a request's `PlanOptions`), the results, the
+errors, the cost model's keys and table, and the selector helpers that why
+answers and pictures share.
+"""
+
+from .api import plan
+from .config import MODES, DeviceSpec, Mode, PlanConfig, check_config, complete_spec, resolve_device
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
 from .optimize.cost_model import CostTable, cost_key
 from .optimize.report import CostReport, DeviceCost
-from .optimize.sizes import Estimate, module_types
-from .planner import PlanResult, PlanStats, plan
+from .optimize.sizes import Estimate, dtype_bytes, module_types, static_type_bytes
+from .options import PlanOptions
+from .result import Answer, ConstraintLog, PlanResult, PlanStats, Step, WhyResult, answer_lines
+from .selectors import Alignment, Selector, align, input_roots, node_ids, planned_roots, resolve, wrapper_op
 
 __all__ = [
+    "MODES",
+    "Alignment",
+    "Answer",
     "ConflictConstraint",
+    "ConstraintLog",
     "CostReport",
     "CostTable",
     "DeviceCost",
     "DeviceSpec",
     "Estimate",
+    "Mode",
     "PlanConfig",
     "PlanConfigError",
+    "PlanOptions",
     "PlanResult",
     "PlanStats",
     "PlanningConflict",
+    "Selector",
     "SolverTimeout",
+    "Step",
+    "WhyResult",
+    "align",
+    "answer_lines",
+    "check_config",
     "complete_spec",
     "cost_key",
+    "dtype_bytes",
+    "input_roots",
     "module_types",
+    "node_ids",
     "plan",
+    "planned_roots",
+    "resolve",
     "resolve_device",
+    "static_type_bytes",
+    "wrapper_op",
 ]

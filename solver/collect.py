@@ -9,8 +9,8 @@ with its kind and expression (hence its span) for explanations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 from relay import ast
 from relay.ast import Call, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite, Tuple
@@ -37,6 +37,16 @@ OPERATOR_SIGNATURES: dict[str, tuple[Any, ...]] = {
 }
 SPECIAL_OPS = frozenset({"on_device", "device_copy", *OPERATOR_SIGNATURES})
 _HOST_KINDS = {"memory.alloc_storage", "memory.alloc_tensor", "vm.shape_of", "vm.reshape_tensor"}
+
+
+class RequestPin(NamedTuple):
+    """A request pin on a planned function's parameter (`what` "param") or
+    result (`what` "function"): constraint #k puts it on `device`."""
+
+    what: str
+    node: Any  # the planned Var (param) or Function (function)
+    device: VirtualDevice
+    k: int
 
 
 def is_optimizable(func: Function) -> bool:
@@ -68,9 +78,8 @@ class Collector:
         self.host = host
         # One host class for the whole module (as TVM's host domain); each host
         # operator call logs its own pin on it, so explanations name the call.
-        logging, domains.logging = domains.logging, False
-        domains.pin(self.host_elem, host, domains.tag("host operator", None, "the host device"))
-        domains.logging = logging
+        with domains.quiet():
+            domains.pin(self.host_elem, host, domains.tag("host operator", None, "the host device"))
         self.doms: dict[int, Domain] = {}
         self.global_doms: dict[str, Domain] = {}
         self._keep: list[Expr] = []
@@ -187,9 +196,9 @@ class Collector:
 
     # ---- collection (section 3)
 
-    def collect(self, pins: list[tuple[str, Any, VirtualDevice, int]]) -> None:
+    def collect(self, pins: Sequence[RequestPin]) -> None:
         """Collect the constraints of every optimizable global, then apply the
-        request pins (`(what, node, device, k)`)."""
+        request pins on parameters and function results."""
         seen: set[int] = set()
         for gv, func in self.functions:
             if not is_optimizable(func):

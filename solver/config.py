@@ -123,7 +123,11 @@ def check_config(config: PlanConfig) -> None:
     built (`optimize.problem.device_setup`): they depend on the module."""
     if config.mode not in MODES:
         raise PlanConfigError(f"mode must be 'tvm' or 'optimize', got {config.mode!r}")
-    if isinstance(config.timeout_ms, bool) or not isinstance(config.timeout_ms, int) or config.timeout_ms <= 0:
+    if (
+        isinstance(config.timeout_ms, bool)
+        or not isinstance(config.timeout_ms, int)
+        or config.timeout_ms <= 0
+    ):
         raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
     if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
         raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")

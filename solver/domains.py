@@ -10,6 +10,8 @@ a conflict can be explained from the log (see `explain.py`).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from relay.ast import Expr
@@ -225,12 +227,23 @@ class DomainSystem:
         else:
             self.unify(a, b, cid)
 
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Within the block, unions and pins are not logged (facts that no
+        explanation should cite, or that the caller logs itself)."""
+        logging, self.logging = self.logging, False
+        try:
+            yield
+        finally:
+            self.logging = logging
+
     def try_unify(self, a: Domain, b: Domain, cid: int) -> bool:
         """Unify if consistent, else leave everything as it was (TVM's OptionalUnify)."""
         self._undo = []
-        logging, self.logging = self.logging, False
+        logging = self.logging
         try:
-            self.unify(a, b, cid)
+            with self.quiet():
+                self.unify(a, b, cid)
         except Incompatible:
             for root, parent, vd in reversed(self._undo):
                 self.parent[root] = parent
@@ -238,7 +251,6 @@ class DomainSystem:
             return False
         finally:
             self._undo = None
-            self.logging = logging
         if logging:
             # Record the accepted equality for explanations (as a soft fact).
             for x, y in _pairs(a, b):

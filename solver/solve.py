@@ -8,7 +8,6 @@ the defaults chosen by TVM's walk. The plan is read from the model.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -21,18 +20,22 @@ from .errors import SolverTimeout
 _K = TypeVar("_K")
 
 _FIELDS = ("d", "i", "g", "s")  # device type, id, target, scope
-_MODEL_RE = re.compile(r"\(define-fun (\w+) \(\) Int\s+(\(- \d+\)|\d+)\)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelResult:
+    """The devices Z3's model gives each final class, and the encoding's size."""
+
     devices: dict[int, VirtualDevice]  # final root -> device read from the model
     variables: int
     constraints: int
     assumptions: int
 
 
-class _Codes:
+class FieldCodes:
+    """Integer codes of the device fields Z3 sees: device type and id as
+    themselves, targets and memory scopes numbered in order of first sight."""
+
     def __init__(self) -> None:
         self.targets: list[Target] = []
         self.target_index: dict[Target, int] = {}
@@ -72,7 +75,7 @@ def check_plan(
     `final_root` each presolve class to its class after the soft steps, and
     `final` each final class to the device the greedy defaults chose.
     """
-    codes = _Codes()
+    codes = FieldCodes()
     lines: list[str] = []
     assumptions: list[str] = []
     groups: dict[int, list[int]] = {}
@@ -122,9 +125,14 @@ def check_plan(
         )
     if result == z3.unsat:
         raise RuntimeError("internal error: the presolved device plan is inconsistent (Z3 says unsat)")
+    # The model's integer constants by name, read through the API (the
+    # encoding goes in as SMT-LIB text; only its answer is read back).
+    model = solver.model()
     values: dict[str, int] = {}
-    for name, text in _MODEL_RE.findall(solver.model().sexpr()):
-        values[name] = int(text.replace("(- ", "-").replace(")", ""))
+    for decl in model.decls():
+        value = model[decl]
+        if z3.is_int_value(value):
+            values[decl.name()] = value.as_long()
     devices: dict[int, VirtualDevice] = {}
     for root, members in groups.items():
         rep = members[0]

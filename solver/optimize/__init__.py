@@ -9,23 +9,14 @@
 - `mincut`, `z3_encoding`, `strategies`: solving;
 - `explain`: support and budget conflicts, the cost reason for why-answers;
 - `run`: the pipeline, the TVM-mode prediction and `evaluate_planned`.
+
+
+The package itself re-exports only the problem model (plain data and pure
+functions); the pipeline is `solver.optimize.run` (it imports the shared
+steps, which import this package's report, so the arrows point one way).
 """
 
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
-from .run import Evaluation, Optimized, evaluate_planned, optimize, optimize_fixed, plan_optimize
 from .sizes import module_types
 
-__all__ = [
-    "Evaluation",
-    "Optimized",
-    "Problem",
-    "Solution",
-    "Weights",
-    "budget_violations",
-    "evaluate",
-    "evaluate_planned",
-    "module_types",
-    "optimize",
-    "optimize_fixed",
-    "plan_optimize",
-]
+__all__ = ["Problem", "Solution", "Weights", "budget_violations", "evaluate", "module_types"]

@@ -23,23 +23,23 @@ from relay.device import VirtualDevice
 from ..collect import Collector, is_optimizable
 from ..config import PlanConfig
 from ..deadline import Deadline
-from ..errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
-from ..planner import (
+from ..errors import ConflictConstraint, PlanningConflict, SolverTimeout
+from ..explain.why import Explainer
+from ..result import PlanResult, PlanStats
+from ..rewrite import Rewriter
+from ..steps import (
+    Devices,
+    Front,
     Laps,
-    PlanResult,
-    PlanStats,
-    choose_defaults,
-    collect,
-    front,
     planned_result,
+    presolve,
     presolved_devices,
     resolve_devices,
     rewrite_module,
 )
-from ..rewrite import Rewriter
 from .cost_model import ns_to_ms
 from .cut_collector import CutCollector, as_cut
-from .explain import budget_conflict, support_conflict
+from .explain import budget_conflict, cost_reason, support_conflict
 from .problem import (
     Built,
     Problem,
@@ -68,37 +68,60 @@ class Optimized:
 
 
 def plan_optimize(
-    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+    module: Module,
+    config: PlanConfig,
+    devices: Devices | None = None,
+    why: Sequence[Mapping[str, Any]] = (),
+    record: bool = False,
 ) -> PlanResult:
-    """Plan `module` in optimize mode (docs/optimize.md); `why`/`record` as in `plan`."""
-    return optimize(module, config, why, record).result
+    """Plan `module` in optimize mode (docs/optimize.md); `devices` is step 1's
+    result when the caller resolved it, `why`/`record` as in `solver.plan`."""
+    return optimize(module, config, why, record, devices=devices).result
 
 
 def optimize(
-    module: Module, config: PlanConfig, why: Sequence[Mapping[str, Any]] = (), record: bool = False
+    module: Module,
+    config: PlanConfig,
+    why: Sequence[Mapping[str, Any]] = (),
+    record: bool = False,
+    *,
+    devices: Devices | None = None,
 ) -> Optimized:
     """Plan `module` in optimize mode; the result with its problem and solution."""
-    if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
-        raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
-    devices = resolve_devices(module, config)
+    if devices is None:
+        devices = resolve_devices(module, config)
     deadline = Deadline(config.timeout_ms, config.clock)
     lap = Laps(deadline)
     times = lap.times
-    fr = front(module, config, deadline, copy_inputs=False, devices=devices)
-    functions, ds = fr.functions, fr.ds
-    typed = dataclasses.replace(module, functions=tuple(functions), expr=None)
-    type_of, notes = module_types(typed)
-    sizes = Sizes(type_of, config.assume_dim)
-    sizes.estimates.extend(notes)
-    sizes.run([f for _, f in functions if is_optimizable(f)])
-    lap("infer")
+    sizes_of: list[Sizes] = []
 
-    collector = fr.collector(module, deadline, CutCollector)
+    def cut_collector(fr: Front) -> CutCollector:
+        # Types of the prepared functions decide which operator edges are cuttable.
+        typed = dataclasses.replace(module, functions=tuple(fr.functions), expr=None)
+        type_of, notes = module_types(typed)
+        sizes = Sizes(type_of, config.assume_dim)
+        sizes.estimates.extend(notes)
+        sizes.run([f for _, f in fr.functions if is_optimizable(f)])
+        sizes_of.append(sizes)
+        collector = fr.collector(module, deadline, CutCollector)
+        assert isinstance(collector, CutCollector)
+        collector.is_tensor = sizes.is_tensor
+        return collector
+
+    pre = presolve(
+        module,
+        config,
+        deadline,
+        devices=devices,
+        laps=lap,
+        make_collector=cut_collector,
+        copy_inputs=False,
+        soft_steps=False,
+    )
+    fr, ds, sizes = pre.front, pre.ds, sizes_of[0]
+    functions = fr.functions
+    collector = pre.collector
     assert isinstance(collector, CutCollector)
-    collector.is_tensor = sizes.is_tensor
-    collect(collector, fr.request_pins)
-    ds.logging = False
-    lap("collect")
 
     candidates = candidate_devices(ds, devices.table, [devices.default, devices.host])
     main = next((f for gv, f in functions if gv.name == "main"), None)
@@ -157,21 +180,17 @@ def optimize(
     )
     result = planned_result(out_module, stats, rewriter, summary, cost=report)
     if why or record:
-        from ..why import explain_optimized, planned_roots
-        from .explain import cost_reason
-
-        planned = planned_roots(functions, fr.from_expr)
-        result = explain_optimized(
-            result,
+        explainer = Explainer(
             module,
             collector,
-            planned,
+            fr.planned_roots(),
             default_c,
             device_of,
-            cost_reason(problem, weights, solution, ds),
-            why,
-            record,
+            cost_reason=cost_reason(problem, weights, solution, ds),
         )
+        answers = tuple(explainer.answer_selector(s, f"why #{i}") for i, s in enumerate(why))
+        log = explainer.log() if record else None
+        result = dataclasses.replace(result, why=answers, constraints=log)
     return Optimized(result, problem, solution, weights)
 
 
@@ -287,15 +306,11 @@ class _TvmPlan:
 
 
 def _tvm_presolve(module: Module, config: PlanConfig) -> _TvmPlan:
-    """The TVM mode's steps 1-5 (planner.py) without the rewrite: the collector
-    and each class's device."""
-    deadline = Deadline(config.timeout_ms, config.clock)
-    fr = front(module, config, deadline)
-    collector = fr.collector(module, deadline)
-    collect(collector, fr.request_pins)
-    choose_defaults(collector, fr.feats.free_on_device or any(p.kind == "op" for p in fr.devices.pins))
-    devices = fr.devices
-    return _TvmPlan(collector, presolved_devices(fr.ds), devices.table, devices.default, devices.host)
+    """The TVM mode's steps 1-5 (`steps.presolve`, as TVM mode runs them)
+    without the rewrite: the collector and each class's device."""
+    pre = presolve(module, config, Deadline(config.timeout_ms, config.clock))
+    devices = pre.devices
+    return _TvmPlan(pre.collector, presolved_devices(pre.ds), devices.table, devices.default, devices.host)
 
 
 def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[int]]:

@@ -34,7 +34,7 @@ from relay.ast import (
 from relay.span import RelayError, Span
 from relay.traverse import not_primitive, post_order
 
-from ..explain import short_text
+from ..explain.text import short_text
 
 TypeOf = Callable[[Expr], Type | None]
 

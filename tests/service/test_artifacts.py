@@ -230,7 +230,7 @@ def test_cache_misses_when_tvm_or_the_installed_code_changes(tmp_path: Path) -> 
     assert before == code_digest(roots)  # stable
     installed_code_digest.cache_clear()  # computed once per process: this tree may have changed since
     assert before == installed_code_digest()  # what the service uses is these sources
-    planner = tmp_path / "solver" / "planner.py"
+    planner = tmp_path / "solver" / "api.py"
     planner.write_text(planner.read_text() + "\n# changed\n")
     after = code_digest(roots)
     assert after != before

@@ -21,7 +21,7 @@ from relay.ast import Call, Module, Op
 from service import picture as picture_mod
 from service.examples import CPU_ANNOTATION, PLAIN
 from service.picture import build_picture, render_svg
-from solver.why import node_ids
+from solver.selectors import node_ids
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 CONFIG = solver.PlanConfig(default_device="cuda", host_device="cpu")

@@ -81,7 +81,7 @@ def test_explain_names_param_devices_and_copy_location(capsys: Any, write: Any) 
 def test_z3_check_flag_runs_the_check_and_keeps_the_plan(
     capsys: Any, write: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import solver.planner
+    import solver.steps.check
     from solver.solve import check_plan as real  # what the planner calls
 
     calls: list[int] = []
@@ -90,7 +90,7 @@ def test_z3_check_flag_runs_the_check_and_keeps_the_plan(
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(solver.planner, "check_plan", counting)
+    monkeypatch.setattr(solver.steps.check, "check_plan", counting)
     path = write("ann.relay", CPU_ANNOTATION)
     code, plain, err = run_cli(capsys, "plan", path, "--virtual-devices", '["cpu", "cuda"]')
     assert code == 0, err

@@ -18,7 +18,7 @@ import relay
 import solver
 from relay.ast import Call, Op, TensorType
 from relay.traverse import post_order
-from solver.optimize import evaluate_planned
+from solver.optimize.run import evaluate_planned
 
 from ._corpus import CORPUS
 from ._lexical import operator_devices

@@ -18,7 +18,8 @@ import pytest
 
 import relay
 import solver
-from solver.optimize import Optimized, Problem, budget_violations, evaluate, optimize
+from solver.optimize import Problem, budget_violations, evaluate
+from solver.optimize.run import Optimized, optimize
 
 UNARY = ("exp", "negative", "nn.relu", "sigmoid", "tanh")
 BINARY = ("add", "multiply", "subtract")

@@ -10,7 +10,7 @@ import pytest
 
 import relay
 import solver
-from solver.optimize import evaluate_planned
+from solver.optimize.run import evaluate_planned
 
 from ._corpus import CORPUS
 

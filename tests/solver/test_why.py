@@ -17,7 +17,8 @@ import solver
 from relay.ast import Attrs, Call, Expr, Function, MetaRef, Module, Op
 from relay.device import VirtualDevice
 from relay.traverse import rewrite
-from solver.why import Answer, ConstraintLog, node_ids
+from solver.result import Answer, ConstraintLog
+from solver.selectors import node_ids
 
 from ._corpus import CORPUS, corpus_cases
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import z3
 
-from relay import ast
-from relay.ast import Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, RefRead, Var
+from relay.ast import Call, Expr, Var
 from relay.device import VirtualDevice, device_name
 
-from .deadline import Deadline
-from .domains import DomainSystem, Incompatible
-from .errors import ConflictConstraint, PlanningConflict, SolverTimeout
-from .solve import _Codes
+from ..deadline import Deadline
+from ..domains import DomainSystem, Incompatible
+from ..errors import ConflictConstraint, PlanningConflict, SolverTimeout
+from ..solve import FieldCodes
+from .text import short_text
 
 _Values = tuple[int | None, ...]
 _PinInfo = tuple[int, VirtualDevice, int, _Values]  # element, device, constraint id, field codes
@@ -30,50 +30,6 @@ _Path = list[tuple[int, int, int]]  # (from, to, constraint id)
 _Found = tuple[int, _Path, _PinInfo, _PinInfo]
 _Fact = tuple[Any, ...]
 _Adjacency = dict[int, list[tuple[int, int]]]
-
-
-def short_text(expr: Expr | None, limit: int = 60) -> str:
-    """A one-line rendering of an expression, for messages."""
-    if expr is None:
-        return ""
-    match expr:
-        case Var(name=name):
-            text = f"%{name}"
-        case GlobalVar(name=name):
-            text = f"@{name}"
-        case Op(name=name):
-            text = name
-        case Constructor(name=name):
-            text = name
-        case Constant():
-            text = "constant"
-        case Call(op=op, args=args):
-            head = short_text(op, 30) if isinstance(op, (Op, GlobalVar, Var, Constructor)) else "(...)"
-            inner = ", ".join(
-                short_text(a, 20) if isinstance(a, (Var, GlobalVar, Constant)) else "..." for a in args
-            )
-            text = f"{head}({inner})"
-        case Function(params=params):
-            text = "fn(" + ", ".join(f"%{p.name}" for p in params) + ") {...}"
-        case Let(var=var):
-            text = f"let %{var.name} = ...; ..."
-        case If():
-            text = "if (...) {...} else {...}"
-        case ast.Tuple(fields=fields):
-            text = f"({', '.join('...' for _ in fields)})"
-        case ast.TupleGetItem(index=i):
-            text = f"(...).{i}"
-        case ast.RefCreate():
-            text = "ref(...)"
-        case RefRead():
-            text = "ref_read(...)"
-        case ast.RefWrite():
-            text = "ref_write(...)"
-        case Match():
-            text = "match (...) {...}"
-        case _:
-            text = type(expr).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _loc(ds: DomainSystem, cid: int) -> str:
@@ -100,7 +56,7 @@ def explain_conflict(ds: DomainSystem, err: Incompatible, timeout_ms: int) -> Pl
             if y not in dist:
                 dist[y] = dist[x] + 1
                 queue.append(y)
-    codes = _Codes()
+    codes = FieldCodes()
     pins = [(e, vd, c, codes.values(vd)) for e, vd, c in ds.pins if e in dist and ds.tags[c].hard]
     pins.sort(key=lambda p: dist[p[0]])
     best: _Found | None = None

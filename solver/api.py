@@ -1,0 +1,52 @@
+"""`plan(module, config)`: the one entry point, and the mode dispatch. The
+only module that imports both modes (`tvm_mode`, `optimize.run`)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from relay.ast import Module
+
+from .config import PlanConfig, check_config
+from .optimize.run import plan_optimize
+from .result import PlanResult
+from .selectors import Selector
+from .steps import resolve_devices
+from .tvm_mode import plan_tvm
+
+
+def plan(
+    module: Module,
+    config: PlanConfig | None = None,
+    *,
+    why: Sequence[Mapping[str, Any]] = (),
+    record_constraints: bool = False,
+) -> PlanResult:
+    """Plan the devices of `module` (device-planning.md, sections 1-5) in
+    `config.mode`: "tvm" (TVM PlanDevices' answer) or "optimize" (the least
+    predicted run time, docs/optimize.md).
+
+    `why`: selectors to explain (`PlanResult.why`, solver/explain/why.py);
+    `record_constraints`: keep the collected constraints (`PlanResult.constraints`).
+    Raises PlanningConflict (with a minimal explanation), SolverTimeout, or
+    PlanConfigError (bad configuration, spec or selector).
+    """
+    config = config or PlanConfig()
+    check_config(config)
+    # The request is checked before the clock starts.
+    devices = resolve_devices(module, config)
+    for i, selector in enumerate(why):
+        Selector.parse(selector, f"why #{i}")
+    # The planner allocates millions of long-lived small objects on big
+    # modules; the cyclic collector would rescan them over and over.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if config.mode == "optimize":
+            return plan_optimize(module, config, devices, tuple(why), record_constraints)
+        return plan_tvm(module, config, devices, tuple(why), record_constraints)
+    finally:
+        if enabled:
+            gc.enable()

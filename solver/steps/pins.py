@@ -1,0 +1,132 @@
+"""Request pins on the planner's functions (device-planning.md, section 1).
+
+A pin's selector names input expressions (`solver.selectors.resolve`). A
+global function or one of its parameters becomes a collector pin on the
+planned function (`RequestPin`); any other expression is wrapped in
+`on_device(e, d)` with only its body constrained, as an annotation in the
+module would be. Several pins on one expression count for each: identical
+devices plan like one pin, different devices are refused naming both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relay import ast
+from relay.ast import Call, Expr, Function, GlobalVar, Module, Op, Var
+from relay.device import VirtualDevice, device_name
+from relay.traverse import rewrite
+
+from ..collect import RequestPin
+from ..errors import PlanConfigError
+from ..explain.text import short_text
+from ..selectors import Pin, align, input_roots, is_computation, resolve
+
+Functions = list[tuple[GlobalVar, Function]]
+
+
+@dataclass(frozen=True)
+class PinnedFunctions:
+    """The functions with pinned expressions wrapped, the annotation kind of
+    each wrapper (id -> "constraint #k"), and the collector's pins."""
+
+    functions: Functions
+    annotation_kinds: dict[int, str]
+    request_pins: list[RequestPin]
+
+
+def apply_pins(
+    module: Module, functions: Functions, pins: Sequence[Pin], planned_roots: Sequence[Expr]
+) -> PinnedFunctions:
+    """Apply every pin of the request to the planner's `functions` (the input
+    `module` normalised; `planned_roots` their counterparts of the input roots)."""
+    kinds: dict[int, str] = {}
+    if not pins:
+        return PinnedFunctions(functions, kinds, [])
+    globals_ = {id(f): gv.name for gv, f in module.functions}
+    params = {id(p): (gv.name, p.name) for gv, f in module.functions for p in f.params}
+    by_name = {gv.name: func for gv, func in functions}
+    request: list[RequestPin] = []
+    converted: list[RequestPin] = []  # node selectors naming a global or a parameter
+    wrap: dict[int, tuple[VirtualDevice, int]] = {}
+    mapping: dict[int, Expr] | None = None
+    for pin in pins:
+        where = f"constraint #{pin.k}"
+        if pin.kind in ("param", "function"):
+            # Named by text: the planned function of that name (its parameters may be rebuilt).
+            request.append(_named(by_name, pin, where))
+            continue
+        for node in resolve(module, pin.selector, where):
+            if id(node) in globals_:
+                converted.append(RequestPin("function", by_name[globals_[id(node)]], pin.device, pin.k))
+            elif id(node) in params:
+                gname, pname = params[id(node)]
+                param = next(p for p in by_name[gname].params if p.name == pname)
+                converted.append(RequestPin("param", param, pin.device, pin.k))
+            elif not is_computation(node):
+                raise PlanConfigError(
+                    f"{where}: node {short_text(node)} is not a computation; select the call instead"
+                )
+            else:
+                if mapping is None:
+                    mapping = align(input_roots(module), planned_roots).mapping
+                target = mapping.get(id(node))
+                if target is None:
+                    raise PlanConfigError(
+                        f"{where}: the selected expression is not planned (inside a primitive function)"
+                    )
+                _add_wrap(wrap, target, pin)
+    request.extend(converted)
+    if not wrap:
+        return PinnedFunctions(functions, kinds, request)
+    out: Functions = []
+    for gv, func in functions:
+
+        def visit(original: Expr, rebuilt: Expr) -> Expr:
+            found = wrap.get(id(original))
+            if found is None:
+                return rebuilt
+            wrapped = ast.on_device(
+                rebuilt, found[0], constrain_body=True, constrain_result=False, span=rebuilt.span
+            )
+            kinds[id(wrapped)] = f"constraint #{found[1]}"
+            return wrapped
+
+        new = rewrite(func, visit)
+        out.append((gv, new if isinstance(new, Function) else func))
+    return PinnedFunctions(out, kinds, request)
+
+
+def _add_wrap(wrap: dict[int, tuple[VirtualDevice, int]], target: Expr, pin: Pin) -> None:
+    """Pin `target`; a second pin must agree on the device."""
+    found = wrap.get(id(target))
+    if found is None:
+        wrap[id(target)] = (pin.device, pin.k)
+        return
+    if found[0] != pin.device:
+        what = (
+            f"call of {target.op.name}"
+            if isinstance(target, Call) and isinstance(target.op, Op)
+            else f"expression {short_text(target)}"
+        )
+        raise PlanConfigError(
+            f"constraints #{found[1]} and #{pin.k} pin the same {what} "
+            f"to {device_name(found[0])} and to {device_name(pin.device)}"
+        )
+
+
+def _named(by_name: dict[str, Function], pin: Pin, where: str) -> RequestPin:
+    """A `param`/`function` pin on the planned function it names."""
+    sel = pin.selector
+    func = by_name.get(sel.function_name())
+    if pin.kind == "function":
+        if func is None:
+            raise PlanConfigError(f"{where}: selector {sel.text()} matches no global function")
+        return RequestPin("function", func, pin.device, pin.k)
+    param: Var | None = None
+    if func is not None:
+        param = next((p for p in func.params if p.name == sel.param_name()), None)
+    if param is None:
+        raise PlanConfigError(f"{where}: selector {sel.text()} matches no parameter")
+    return RequestPin("param", param, pin.device, pin.k)
