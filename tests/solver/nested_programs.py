@@ -222,9 +222,12 @@ def nested_program(seed: int, devices: int = 2) -> NestedProgram:
         pins.append({"select": {"op": name, "index": index}, "device": rng.choice(device_names)})
     if rng.random() < 0.2:
         name = rng.choice(sorted(b.op_calls))
+        index = rng.randrange(b.op_calls[name])
+        if any(p["select"] == {"op": name, "index": index} for p in pins):
+            return NestedProgram(seed, text, tuple(pins), tuple(b.nestings))
         pins.append(
             {
-                "select": {"op": name, "index": rng.randrange(b.op_calls[name])},
+                "select": {"op": name, "index": index},
                 "device": rng.choice(device_names),
             }
         )
