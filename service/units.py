@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, WithJsonSchema
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 UNITS = {
     "": 1,
@@ -64,5 +64,5 @@ def byte_size_schema(minimum: int) -> dict[str, Any]:
     }
 
 
-ByteSize = Annotated[int, BeforeValidator(coerce_bytes), WithJsonSchema(byte_size_schema(1))]
+ByteSize = Annotated[int, BeforeValidator(coerce_bytes), Field(gt=0), WithJsonSchema(byte_size_schema(1))]
 """A positive byte size in a request: `8GiB` or `8589934592`."""

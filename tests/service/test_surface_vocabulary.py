@@ -95,3 +95,12 @@ def test_readme_route_table_names_real_routes() -> None:
     named = {tuple(m.split(" ", 1)) for row in rows for m in re.findall(r"`([A-Z]+ [^`]+)`", row)}
     assert named, "the README has a route table"
     assert named <= routes, f"README rows without a route: {sorted(named - routes)}"
+
+
+def test_byte_size_is_positive_and_strict() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(ByteSize)
+    for bad in ("0", 0, "8XB", True, 1.5):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad, strict=True)
