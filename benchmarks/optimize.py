@@ -167,5 +167,25 @@ def main() -> None:
                 print(f"target {label} {target}: {found['ms']:.0f} ms, {found['result']}")
 
 
+# ---------------------------------------------------------------------------
+# Calibration table (issue 17, helper "calibrate"; the solving rows above are
+# separate): the built-in profiles' all-cpu predictions of mlp, resnet18,
+# mobilenet and squeezenet against the runs recorded in
+# benchmarks/calibration.json (and the all-GPU ones against the H200 runs).
+# Goal: within 3x on every cpu row. Method and refitting: docs/calibration.md.
+
+
+def calibration() -> None:
+    """Print the calibration table (benchmarks/calibrate.py builds it)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import calibrate
+    finally:
+        sys.path.pop(0)
+    print()
+    print(calibrate.calibration_table())
+
+
 if __name__ == "__main__":
     main()
+    calibration()
