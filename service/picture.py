@@ -18,6 +18,7 @@ edge has the class `copy`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import shutil
 import subprocess
@@ -72,7 +73,15 @@ def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
 def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Expr | None, Expr]]:
     """(input parent, input child) for every device_copy of the planned module:
     the copy sits between that child and that parent."""
-    sites: list[tuple[Expr | None, Expr]] = []
+    return [(parent, child) for parent, child, _ in copy_sites_with_calls(inputs, outputs)]
+
+
+def copy_sites_with_calls(
+    inputs: Sequence[Expr], outputs: Sequence[Expr]
+) -> list[tuple[Expr | None, Expr, Call]]:
+    """`copy_sites` with each site's planned `device_copy` call (its attributes
+    name the source and destination devices)."""
+    sites: list[tuple[Expr | None, Expr, Call]] = []
     counted: set[int] = set()
     seen: set[int] = set()
     stack: list[tuple[Expr | None, Expr, Expr]] = [(None, a, b) for a, b in zip(inputs, outputs)]
@@ -82,11 +91,13 @@ def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Ex
         while wrapper_op(b) is not None and wrapper_op(b) != wa:
             if wrapper_op(b) == "device_copy" and id(b) not in counted:
                 counted.add(id(b))
-                sites.append((parent, a))
+                assert isinstance(b, Call)
+                sites.append((parent, a, b))
             b = b.args[0]  # type: ignore[attr-defined]
         if wa == "device_copy" and wrapper_op(b) == "device_copy" and id(b) not in counted:
             counted.add(id(b))  # an input copy the plan keeps
-            sites.append((parent, a))
+            assert isinstance(b, Call)
+            sites.append((parent, a, b))
         if id(a) in seen:
             continue
         seen.add(id(a))
@@ -115,6 +126,8 @@ class _Node:
     cluster: int
     members: list[int] = field(default_factory=list)  # node ids
     pinned: bool = False
+    folded: list[tuple[int, str]] = field(default_factory=list)  # (node id, label) of folded weights
+    ms: float | None = None  # predicted kernel time on its device
 
 
 @dataclass
@@ -126,6 +139,7 @@ class Picture:
     copies: int
     collapsed: int  # collapsed nodes
     legend: dict[str, str]  # device -> color
+    folded: int = 0  # weights and constants folded into their consumers
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -190,9 +204,11 @@ def build_picture(
     constraints: Iterable[Mapping[str, Any]] = (),
     max_nodes: int = MAX_NODES,
     expand: Iterable[int] = (),
+    config: solver.PlanConfig | None = None,
 ) -> Picture:
     """The picture of `result` (planned with `record_constraints=True`) over
-    the input `module`."""
+    the input `module`; `config` (the plan's) prices the operators for the
+    collapsed boxes' predicted times (the built-in profiles without it)."""
     log = result.constraints
     if log is None:
         raise ValueError("build_picture needs a plan made with record_constraints=True")
@@ -330,11 +346,13 @@ def build_picture(
             return [expr.data, *(c.rhs for c in expr.clauses)]
         return []
 
+    arg_pos: dict[tuple[str, str], int] = {}  # (src, dst) -> first argument position
     for n in ids:
         key = node_for(n) if not isinstance(n, (Var, Constant)) else None
         if key is not None:
-            for arg in inputs_of(n):
+            for pos, arg in enumerate(inputs_of(n)):
                 for src, site in sources(arg):
+                    arg_pos.setdefault((src, key), pos)
                     edges.append((src, key, site if site is not None else site_of.get((id(n), id(arg)))))
         if isinstance(n, Function) and not n.is_primitive:
             i = nid[id(n)]
@@ -364,14 +382,56 @@ def build_picture(
         else:
             final_edges.append((src, dst, None))
 
-    if sum(1 for n in nodes.values() if n.kind == "op") > max_nodes:
-        # Big graphs: parameters that only feed operators (weights) are left out.
-        keep = {src for src, _, site in final_edges if site is not None}
-        drop = {k for k, n in nodes.items() if n.kind == "param" and not n.pinned and k not in keep}
-        nodes = {k: n for k, n in nodes.items() if k not in drop}
-        final_edges = [e for e in final_edges if e[0] not in drop]
+    nodes, final_edges = _fold(nodes, final_edges, arg_pos)
+    _price(module, nodes, result, config)
     groups = _collapse(nodes, final_edges, max_nodes, set(expand))
     return _emit(nodes, final_edges, groups, sites, types, cluster_names, marked)
+
+
+def _fold(
+    nodes: dict[str, _Node],
+    edges: list[tuple[str, str, int | None]],
+    arg_pos: Mapping[tuple[str, str], int],
+) -> tuple[dict[str, _Node], list[tuple[str, str, int | None]]]:
+    """Weights and constants folded into their consumer (issue 22): a constant,
+    and a parameter whose one consumer is an operator that takes it after its
+    first argument (a weight, bias, scale: `nn.conv2d(%data, %weight)` keeps
+    `%data`), leaves the graph and is listed on the consumer instead. Pinned
+    nodes and copied values are never folded (a copy stays a red edge)."""
+    outs: dict[str, list[tuple[str, int | None]]] = {}
+    for src, dst, site in edges:
+        outs.setdefault(src, []).append((dst, site))
+    drop: set[str] = set()
+    for k, n in nodes.items():
+        uses = outs.get(k, [])
+        if n.pinned or not uses or any(site is not None for _, site in uses):
+            continue
+        targets = {dst for dst, _ in uses}
+        if any(nodes[t].kind not in ("op", "call") for t in targets):
+            continue
+        if n.kind == "const" or (
+            n.kind == "param" and len(targets) == 1 and min(arg_pos.get((k, t), 0) for t in targets) > 0
+        ):
+            short = n.label.split("\n", 1)[0]
+            for t in sorted(targets):
+                nodes[t].folded.append((n.members[0], short))
+            drop.add(k)
+    kept = {k: n for k, n in nodes.items() if k not in drop}
+    return kept, [e for e in edges if e[0] not in drop]
+
+
+def _price(
+    module: Module, nodes: Mapping[str, _Node], result: solver.PlanResult, config: solver.PlanConfig | None
+) -> None:
+    """Each operator node's predicted kernel time on its device (the optimize
+    mode's cost model); left None when the cost model cannot price it."""
+    from service.report import operator_times
+
+    ops = {n.members[0] for n in nodes.values() if n.kind == "op"}
+    times = operator_times(module, result, config, only=ops)
+    for n in nodes.values():
+        if n.kind == "op":
+            n.ms = times.get(n.members[0])
 
 
 def _collapse(
@@ -425,6 +485,28 @@ def _colors(names: Sequence[str]) -> dict[str, str]:
     return {d: fixed[d] if d in fixed else next(rest) for d in names}
 
 
+def _folded_text(folded: Sequence[tuple[int, str]]) -> str:
+    return "folded: " + ", ".join(f"{label} #{i}" for i, label in folded)
+
+
+def _ms_text(ms: float) -> str:
+    return f"{ms:.3f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+# The legend's marks other than the devices: (id, label, DOT attributes).
+_MARKS: tuple[tuple[str, str, str], ...] = (
+    ("pinned", "pinned (annotation or request pin)", 'penwidth=3, color="#000000", fillcolor="#ffffff"'),
+    (
+        "collapsed",
+        "N ops: a run on one device, click to expand",
+        'peripheries=2, style="rounded,filled,bold", fillcolor="#ffffff"',
+    ),
+    ("folded", "+N weights: parameters and constants folded in", 'fillcolor="#ffffff"'),
+    ("param", "parameter", 'shape=ellipse, fillcolor="#ffffff"'),
+    ("result", "function result", 'shape=doubleoctagon, fillcolor="#ffffff"'),
+)
+
+
 def _emit(
     nodes: dict[str, _Node],
     edges: list[tuple[str, str, int | None]],
@@ -443,17 +525,18 @@ def _emit(
     lines = [
         "digraph placement {",
         (
-            '  graph [rankdir=TB, fontname="DejaVu Sans", fontsize=11, nodesep=0.25, ranksep=0.35, '
+            '  graph [rankdir=TB, fontname="DejaVu Sans", fontsize=11, nodesep=0.3, ranksep=0.4, '
             'newrank=true, id="placement"];'
         ),
         (
             '  node [fontname="DejaVu Sans", fontsize=10, shape=box, style="rounded,filled", penwidth=1, '
             'color="#555555", margin="0.08,0.04", height=0.3];'
         ),
-        '  edge [fontname="DejaVu Sans", fontsize=9, color="#777777", arrowsize=0.6];',
+        '  edge [fontname="DejaVu Sans", fontsize=10, color="#777777", arrowsize=0.6];',
     ]
     per_device: dict[str, int] = {}
     collapsed = 0
+    folded_total = 0
     by_cluster: dict[int, list[str]] = {}
     for head, group in members.items():
         group.sort(key=lambda n: n.members[0])
@@ -461,21 +544,38 @@ def _emit(
         ops = sum(1 for n in group if n.kind == "op")
         if ops:
             per_device[first.device] = per_device.get(first.device, 0) + ops
+        folded = [f for n in group for f in n.folded]
+        folded_total += len(folded)
         color = legend.get(first.device, "#ffffff")
         classes = [first.kind, f"dev-{dev_index.get(first.device, 0)}"]
         shape = {"param": "ellipse", "result": "doubleoctagon", "const": "note"}.get(first.kind, "box")
+        weights = f"+{len(folded)} weight{'s' if len(folded) != 1 else ''}" if folded else ""
         if len(group) > 1:
             collapsed += 1
             ids = [m for n in group for m in n.members]
             classes += ["collapsed", f"count-{ops}"]
-            label = f"{ops} ops on {first.device}\n#{min(ids)}..#{max(ids)}"
+            priced = [n.ms for n in group if n.ms is not None]
+            time = f"\n{_ms_text(sum(priced))}" if priced else ""
+            label = f"{ops} ops on {first.device}{time}\n#{min(ids)}..#{max(ids)}" + (
+                f" {weights}" if weights else ""
+            )
             key = f"g{min(ids)}"
             tip = "click to expand: " + " ".join(str(i) for i in ids)
+            if folded:
+                tip += "; " + _folded_text(folded)
             extra = f', style="rounded,filled,bold", peripheries=2, tooltip={_quote(tip)}'
         else:
             key = first.key
-            label = first.label
-            extra = f", tooltip={_quote(first.label.replace(chr(10), ' ') + ' on ' + first.device)}"
+            label = first.label + (f" {weights}" if weights else "")
+            tip = first.label.replace("\n", " ") + " on " + first.device
+            if first.ms is not None:
+                tip += f", {_ms_text(first.ms)}"
+            if folded:
+                tip += "; " + _folded_text(folded)
+            extra = f", tooltip={_quote(tip)}"
+        if folded:
+            classes.append("folded")
+            classes += [f"fold-{i}" for i, _ in folded]
         if first.pinned and len(group) == 1:
             classes.append("pinned")
             extra += ', penwidth=3, color="#000000"'
@@ -508,21 +608,33 @@ def _emit(
         nbytes = _bytes(types.of(child)) if types is not None else None
         lines.append(
             f'  {_quote(a)} -> {_quote(b)} [id="copy{site}", class="copy", color="{_COPY_COLOR}", '
-            f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", '
+            f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", fontsize=11, '
             f"label={_quote(' copy ' + bytes_text(nbytes))}];"
         )
     lines.append("  subgraph cluster_legend {")
-    lines.append('    label="devices"; style="rounded"; color="#999999"; id="legend"; class="legend";')
+    lines.append('    label="legend"; style="rounded"; color="#999999"; id="legend"; class="legend";')
+    entries = [f"legend:{d}" for d in names]
     for d in names:
         lines.append(
-            f'    {_quote("legend:" + d)} [id={_quote("legend-" + d)}, class="legend-entry dev-{dev_index[d]}", '
+            f"    {_quote('legend:' + d)} [id={_quote('legend-' + d)}, "
+            f'class="legend-entry legend-device dev-{dev_index[d]}", '
             f'label={_quote(d)}, fillcolor="{legend[d]}"];'
         )
     lines.append(
-        f'    "legend:copy" [id="legend-copy", class="legend-entry", label="copy", shape=plaintext, '
-        f'style="", fontcolor="{_COPY_COLOR}"];'
+        f'    "legend:copy" [id="legend-copy", class="legend-entry legend-mark", '
+        f'label="copy: red edge, labelled with its bytes", shape=plaintext, style="", fontcolor="{_COPY_COLOR}"];'
     )
+    entries.append("legend:copy")
+    for mark, text, attrs in _MARKS:
+        lines.append(
+            f'    {_quote("legend:" + mark)} [id={_quote("legend-" + mark)}, class="legend-entry legend-mark", '
+            f"label={_quote(text)}, {attrs}];"
+        )
+        entries.append("legend:" + mark)
+    # One column, in this order.
+    for a, b in itertools.pairwise(entries):
+        lines.append(f"    {_quote(a)} -> {_quote(b)} [style=invis];")
     lines.append("  }")
     lines.append("}")
     _ = marked
-    return Picture("\n".join(lines) + "\n", per_device, copies, collapsed, legend)
+    return Picture("\n".join(lines) + "\n", per_device, copies, collapsed, legend, folded_total)
