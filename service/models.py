@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 
 import solver
+from service.planning import PlanJob
 
 if TYPE_CHECKING:
     from service.config import Settings
-    from service.planning import PlanJob
 
 # --------------------------------------------------------------------------
 # Device specs and request-level constraints (device-planning.md, section 1)
@@ -309,8 +309,6 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
     """The planning job of a /plan or /compile request, its time limit clamped
     to the server's bounds (the request's `timeout_ms`, else the default, at most
     `max_timeout_ms`)."""
-    from service.planning import PlanJob
-
     timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
     return PlanJob(
         module=request.module,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import relay
 import solver
 from service import errors
+from service.picture import build_picture
 
 log = logging.getLogger("devplan.planning")
 
@@ -336,8 +337,6 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     if job.why:
         outcome.why = [w.to_json() for w in result.why]
     if job.picture is not None:
-        from service.picture import build_picture
-
         constraints = job.options.constraints
         outcome.picture = build_picture(module, result, constraints=constraints, **job.picture).to_json()
     if job.explain:
