@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv with the test and tvm extras and run the whole test suite in two stages:
-# the default run (tests not marked `slow`), then the `slow` tests, printing each stage's time.
+# the default run (tests not marked `slow`; bare `pytest` runs this stage too, pyproject addopts),
+# then the `slow` tests (`-m slow` overrides the addopts), printing each stage's time.
 # With arguments, runs a single pytest invocation with them instead
 # (e.g. `scripts/test.sh tests/relay -x`, `scripts/test.sh -m slow`).
 set -euo pipefail
