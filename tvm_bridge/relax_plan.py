@@ -1,0 +1,216 @@
+"""Plan a Relax IRModule: read it with TVM, plan it with our planner, write it back.
+
+`read_relax` reads TVMScript text (what `mod.script()` prints; its
+`from tvm.script import ...` lines may be there, commented out or not) or
+`tvm.ir.save_json` JSON, with parse errors as `relay.ParseError` located at
+TVMScript's line and column. `plan_relax` translates the module for the
+planner (`relax_translate`), runs `solver.plan` unchanged in either mode and
+writes the plan back onto the same module (`relax_write`). `print_relax`
+gives the output in either encoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from relay import ast
+from relay.span import ParseError, SourceText, Span
+from solver import PlanConfig, PlanConfigError, PlanResult, plan
+from solver.selectors import node_id_of
+
+from .relax_translate import Translation, translate
+from .relax_write import Placement, read_placement, write_back
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "<relax>"
+_IMPORT_RE = re.compile(r"^(\s*)((?:from\s+tvm[\w.]*\s+import\b|import\s+tvm\b).*)$", re.MULTILINE)
+_LOCATION_RE = re.compile(r"-->\s*(?P<name>[^:\n]*):(?P<line>\d+):(?P<column>\d+)")
+
+
+@dataclass(frozen=True)
+class RelaxPlan:
+    """The planned Relax module and what the planner said about it."""
+
+    module: Any  # tvm.IRModule
+    result: PlanResult  # the plan of the translated Relay module
+    translation: Translation
+    placement: Placement
+    copies: int  # R.to_vdevice bindings added
+
+
+def read_relax(text: str, fmt: str = "text") -> tuple[Any, SourceText | None]:
+    """A Relax IRModule from TVMScript (`fmt="text"`) or TVM JSON."""
+    if fmt == "json":
+        try:
+            mod = tvm.ir.load_json(text)
+        except Exception as exc:
+            raise ParseError(f"not a TVM JSON module: {_first_line(exc)}") from exc
+        if not isinstance(mod, tvm.IRModule):
+            raise ParseError(f"the JSON holds a {type(mod).__name__}, not an IRModule")
+        return mod, None
+    source = SourceText(SOURCE_NAME, text)
+    # TVMScript refuses import statements; comment them out (lines keep their numbers).
+    script = _IMPORT_RE.sub(lambda m: f"{m.group(1)}# {m.group(2)}", text)
+    try:
+        mod = tvm.script.from_source(script)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        column = exc.offset or 1
+        raise ParseError(f"TVMScript syntax error: {exc.msg}", Span(source, line, column, line, column + 1)) from None
+    except Exception as exc:  # noqa: BLE001 - TVMScript's diagnostics
+        message = str(exc)
+        found = _LOCATION_RE.search(message)
+        span = None
+        if found is not None:
+            line, column = int(found.group("line")), int(found.group("column"))
+            span = Span(source, line, column, line, column + 1)
+        raise ParseError(f"TVMScript: {_message(message)}", span) from None
+    if not isinstance(mod, tvm.IRModule):
+        raise ParseError("the TVMScript is not an @I.ir_module", Span(source, 1, 1, 1, 2))
+    return mod, source
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _message(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    return _first_line(Exception(text))
+
+
+def plan_relax(mod: Any, config: PlanConfig | None = None, source: SourceText | None = None) -> RelaxPlan:
+    """Plan `mod` (a Relax IRModule) with the planner in `config.mode`.
+
+    Raises what `solver.plan` raises (PlanningConflict with TVMScript
+    line:column, SolverTimeout, PlanConfigError) and RelaxTranslationError."""
+    config = config or PlanConfig()
+    translation = translate(mod, source, config.mode)
+    if any(_relax_op_selector(c) for c in config.constraints):
+        config = dataclasses.replace(config, constraints=_node_constraints(translation, config.constraints))
+    result = plan(translation.module, config)
+    placement = read_placement(translation, result.module)
+    out, copies = write_back(translation, placement, result.virtual_devices)
+    return RelaxPlan(out, result, translation, placement, copies)
+
+
+def _relax_op_selector(constraint: Any) -> bool:
+    select = constraint.get("select") if isinstance(constraint, Mapping) else None
+    return isinstance(select, Mapping) and str(select.get("op", "")).startswith("relax.")
+
+
+def _node_constraints(translation: Translation, constraints: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """Request pins that select Relax operators (`{"op": "relax.nn.softmax",
+    "index"?: i}`, counted in binding order) as pins of the translated nodes."""
+    ids = node_id_of(translation.module)
+    calls: dict[str, list[int]] = {}
+    for b in translation.bindings.values():
+        value = b.value
+        if b.node is None or not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            continue
+        real = b.node
+        while isinstance(real, ast.Call) and isinstance(real.op, ast.Op) and real.op.name in (
+            ast.ON_DEVICE, ast.DEVICE_COPY
+        ):
+            real = real.args[0]
+        if id(real) in ids:
+            calls.setdefault(str(value.op.name), []).append(ids[id(real)])
+    out: list[Any] = []
+    for k, c in enumerate(constraints):
+        if not _relax_op_selector(c):
+            out.append(c)
+            continue
+        select = c["select"]
+        found = calls.get(str(select["op"]), [])
+        if "index" in select:
+            index = select["index"]
+            found = found[index : index + 1] if isinstance(index, int) and index >= 0 else []
+        if not found:
+            raise PlanConfigError(f"constraint #{k}: selector {dict(select)!r} matches no operator call")
+        out.extend({**c, "select": {"node": node}} for node in found)
+    return tuple(out)
+
+
+def print_relax(mod: Any, fmt: str = "text") -> str:
+    """TVMScript (`mod.script()`) or TVM JSON of a module."""
+    if fmt == "json":
+        return str(tvm.ir.save_json(mod))
+    return str(mod.script())
+
+
+def strip_devices(mod: Any) -> Any:
+    """`mod` without devices: no `global_infos["vdevice"]`, no vdevice in any
+    type, and bindings of `R.hint_on_device(a)`, `R.to_vdevice(a)` or `a`
+    itself dropped (their uses read `a`). Tests compare a plan's output and
+    its input this way: a plan changes a module only where devices go."""
+    remap: dict[int, Any] = {}
+
+    def ty_of(ty: Any) -> Any:
+        if isinstance(ty, relax.TensorType):
+            if ty.shape is not None:
+                return relax.TensorType(ty.shape, ty.dtype)
+            return relax.TensorType(None, ty.dtype, ndim=ty.ndim)
+        if isinstance(ty, relax.TupleType):
+            return relax.TupleType([ty_of(f) for f in ty.fields])
+        return ty
+
+    def new_var(var: Any) -> Any:
+        cls = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
+        new = cls(var.name, ty_of(var.ty))
+        remap[hash(var)] = new
+        return new
+
+    def expr(e: Any) -> Any:
+        if isinstance(e, relax.Var):
+            return remap.get(hash(e), e)
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([expr(f) for f in e.fields])
+        if isinstance(e, relax.TupleGetItem):
+            return relax.TupleGetItem(expr(e.tuple_value), e.index)
+        if isinstance(e, relax.Call):
+            if isinstance(e.op, tvm.ir.Op) and e.op.name in ("relax.hint_on_device", "relax.to_vdevice"):
+                return expr(e.args[0])
+            return relax.Call(e.op, [expr(a) for a in e.args], e.attrs, e.ty_args)
+        if isinstance(e, relax.If):
+            return relax.If(expr(e.cond), seq(e.true_branch), seq(e.false_branch))
+        if isinstance(e, relax.SeqExpr):
+            return seq(e)
+        return e
+
+    def seq(s: Any) -> Any:
+        blocks = []
+        for block in s.blocks:
+            bindings = []
+            for b in block.bindings:
+                value = expr(b.value)
+                if isinstance(value, relax.Var):  # an alias, a hint or a copy: dropped
+                    remap[hash(b.var)] = value
+                    continue
+                bindings.append(relax.VarBinding(new_var(b.var), value))
+            cls = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
+            blocks.append(cls(bindings))
+        return relax.SeqExpr(blocks, expr(s.body))
+
+    funcs = {}
+    for gv in mod.get_global_vars():
+        f = mod[gv]
+        if isinstance(f, relax.Function):
+            params = [new_var(p) for p in f.params]
+            funcs[gv] = relax.Function(params, seq(f.body), ty_of(f.ret_ty), f.is_pure, f.attrs)
+        else:
+            funcs[gv] = f
+    infos = {k: v for k, v in mod.global_infos.items() if k != "vdevice"} if mod.global_infos else {}
+    return tvm.IRModule(funcs, mod.attrs, infos)
