@@ -1,7 +1,8 @@
 """The `devplan` command: `devplan plan ...` (planning contract of issue 3), `devplan profile`
 (the optimize mode's cost table, issue 11) and `devplan serve`.
 
-Exit codes of `devplan plan`: 0 planned; 1 usage or I/O error (bad flag or
+Exit codes of `devplan plan` (and `devplan diff`, which also exits 6 when a --fail-on rule is
+hit): 0 planned; 1 usage or I/O error (bad flag or
 flag JSON, unreadable input, invalid device spec, a constraint selector that
 matches nothing); 2 the module does not parse or verify; 3 planning conflict
 (explanation on stderr, one line per constraint); 4 solver time-out.
@@ -39,16 +40,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from service import __version__
-
-    parser = _Parser(prog="devplan", description="Device planning for TVM Relay modules.")
-    parser.add_argument("--version", action="version", version=f"devplan {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
-    add = p.add_argument
-    add("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
+def _add_request_flags(add: Callable[..., Any]) -> None:
+    """The flags that make a plan request (devplan plan, and both sides of devplan diff)."""
     add("--virtual-devices", metavar="JSON", help="JSON list of device specs: the meta[VirtualDevice] table")
     add(
         "--default-device",
@@ -71,19 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=10_000,
         help="time limit for parsing and planning, in ms (default 10000; exit 4 past it)",
     )
-    add("--output", metavar="FILE", help="write the planned module here instead of stdout")
-    add("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
-    add("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
-    add(
-        "--why",
-        metavar="SELECTOR",
-        action="append",
-        default=[],
-        help='why is it on that device? e.g. \'{"node": 12}\', \'{"at": "3:8"}\', \'{"op": "nn.dense"}\' '
-        "(repeatable; answers on stderr)",
-    )
-    add("--why-format", choices=("text", "json"), default="text", help="format of the --why answers")
-    add("--picture", metavar="FILE.svg", help="also write a picture of the placement (needs Graphviz dot)")
     add(
         "--z3-check",
         action="store_true",
@@ -109,6 +89,71 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="optimize: a device's memory budget, e.g. cuda=8GiB (B, KB/MB/GB, KiB/MiB/GiB; repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from service import __version__
+
+    parser = _Parser(prog="devplan", description="Device planning for TVM Relay modules.")
+    parser.add_argument("--version", action="version", version=f"devplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
+    add = p.add_argument
+    add("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
+    _add_request_flags(add)
+    add(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the planned module here instead of stdout (- for stdout)",
+    )
+    add("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
+    add(
+        "--report",
+        metavar="FILE",
+        help="also write the placement report (JSON: every placement, copy and the predicted time; - for stdout)",
+    )
+    add("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
+    add(
+        "--why",
+        metavar="SELECTOR",
+        action="append",
+        default=[],
+        help='why is it on that device? e.g. \'{"node": 12}\', \'{"at": "3:8"}\', \'{"op": "nn.dense"}\' '
+        "(repeatable; answers on stderr)",
+    )
+    add("--why-format", choices=("text", "json"), default="text", help="format of the --why answers")
+    add(
+        "--picture",
+        metavar="FILE.svg",
+        help="also write a picture of the placement (needs Graphviz dot; - for stdout)",
+    )
+
+    d = sub.add_parser(
+        "diff",
+        help="compare two plans (modules planned with the same flags, or reports); exit 6 when a --fail-on rule is hit",
+    )
+    d.add_argument("before", metavar="BEFORE", help="a Relay module or a report (devplan plan --report)")
+    d.add_argument("after", metavar="AFTER", help="a Relay module or a report")
+    _add_request_flags(d.add_argument)
+    d.add_argument(
+        "--format",
+        choices=("text", "json", "markdown", "junit"),
+        default="text",
+        help="output format (default text)",
+    )
+    d.add_argument(
+        "--fail-on",
+        metavar="RULES",
+        action="append",
+        default=[],
+        help="comma-separated rules: copies-added, moved-to:DEVICE, predicted-regression:PERCENT%%, any-change "
+        "(repeatable; exit 6 when one is hit)",
+    )
+    d.add_argument(
+        "-o", "--output", metavar="FILE", help="write the diff here instead of stdout (- for stdout)"
     )
 
     r = sub.add_parser(
@@ -313,6 +358,28 @@ def parse_bytes(text: str) -> int:
     return parse(text.strip())
 
 
+# Request fields as the planner's messages name them (they are the HTTP vocabulary) and the
+# flags that set them here: the CLI's messages name its flags.
+FIELD_FLAGS = {
+    "virtual_devices": "--virtual-devices",
+    "default_device": "--default-device",
+    "host_device": "--host-device",
+    "constraints": "--constraint",
+    "timeout_ms": "--timeout-ms",
+    "device_profiles": "--device-profiles",
+    "op_support": "--op-support",
+    "cost_table": "--cost-table",
+    "z3_check": "--z3-check",
+}
+
+
+def flag_words(text: str) -> str:
+    """`text` with each quoted request field (`virtual_devices`) named as its flag."""
+    for field_name, flag in FIELD_FLAGS.items():
+        text = text.replace(f"`{field_name}`", f"`{flag}`")
+    return text
+
+
 def size(text: str) -> int:
     """argparse type of the byte-size flags: a size (`32MiB`) or an integer (0 allowed)."""
     from service.units import coerce_bytes
@@ -373,9 +440,10 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write_output(text: str, path: str | None) -> None:
+    """Write `text` to `path`, or to stdout when `path` is None or `-`."""
     if not text.endswith("\n"):
         text += "\n"
-    if path is None:
+    if path is None or path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
@@ -392,11 +460,24 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     `clock`): no signal, so no callback or `finally` can swallow the limit."""
     from service.planning import PlanFailure, run_plan
 
+    _check_stdout(
+        {
+            "the planned module (-o)": args.output in (None, "-"),
+            "--report": args.report == "-",
+            "--picture": args.picture == "-",
+        }
+    )
     job = _make_job(args)
+    report: dict[str, Any] | None = None
     try:
-        outcome = run_plan(job, clock)
+        if args.report is not None:
+            from service.report import plan_report
+
+            outcome, report = plan_report(job, clock)
+        else:
+            outcome = run_plan(job, clock)
     except PlanFailure as failure:
-        sys.stderr.write(failure.report.rstrip("\n") + "\n")
+        sys.stderr.write(flag_words(failure.report).rstrip("\n") + "\n")
         return kind_of(failure.kind).exit_code
     if args.picture and outcome.picture is not None:
         from service.picture import PictureUnavailable, render_svg
@@ -406,12 +487,70 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
         except PictureUnavailable as err:
             raise UsageError(f"--picture: {err} (apt-get install graphviz)") from None
         _write_output(svg, args.picture)
+    if report is not None:
+        _write_output(json.dumps(report, indent=1), args.report)
     _write_output(outcome.module, args.output)
     if args.explain and outcome.explanation:
         sys.stderr.write("\n".join(outcome.explanation) + "\n")
     if outcome.why is not None:
         sys.stderr.write(_why_text(outcome.why, args.why_format))
     return EXIT_OK
+
+
+def _check_stdout(outputs: dict[str, bool]) -> None:
+    """At most one output may go to stdout (`-`, or the planned module's default)."""
+    on_stdout = [name for name, yes in outputs.items() if yes]
+    if len(on_stdout) > 1:
+        raise UsageError(
+            f"{' and '.join(on_stdout)} would all go to stdout; send all but one to a file "
+            "(e.g. -o planned.relay --report -)"
+        )
+
+
+def _side_report(path: str, args: argparse.Namespace, clock: Callable[[], float]) -> dict[str, Any]:
+    """One side of `devplan diff`: a report as it is, or a module planned with the flags."""
+    from service.report import is_report, plan_report
+
+    text, _ = _read_input(path)
+    if text.lstrip().startswith("{"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            document = None
+        if is_report(document):
+            assert isinstance(document, dict)
+            return document
+    side = argparse.Namespace(**vars(args))
+    side.input = path
+    side.why, side.output_format, side.explain, side.picture = [], "text", False, None
+    _, report = plan_report(_make_job(side), clock)
+    return report
+
+
+def cmd_diff(args: argparse.Namespace, clock: Callable[[], float] = time.monotonic) -> int:
+    """Compare two plans; exit 6 when a --fail-on rule is hit (service/diff.py)."""
+    from service import diff
+    from service.planning import PlanFailure
+
+    if args.before == "-" and args.after == "-":
+        raise UsageError("BEFORE and AFTER cannot both be stdin")
+    try:
+        rules = diff.parse_rules(args.fail_on)
+    except diff.RuleError as err:
+        raise UsageError(str(err)) from None
+    try:
+        before = _side_report(args.before, args, clock)
+        after = _side_report(args.after, args, clock)
+    except PlanFailure as failure:
+        sys.stderr.write(failure.report.rstrip("\n") + "\n")
+        return kind_of(failure.kind).exit_code
+    result = diff.diff_reports(before, after)
+    checked = diff.check_rules(result, rules)
+    _write_output(diff.render(result, args.format, checked), args.output)
+    hit = [r for r in checked if r.hit]
+    for r in hit:
+        sys.stderr.write(f"devplan: --fail-on {r.rule.text}: {r.message}\n")
+    return diff.EXIT_RULE_HIT if hit else EXIT_OK
 
 
 def _why_text(results: list[dict[str, Any]], fmt: str) -> str:
@@ -568,6 +707,8 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
     try:
         if args.command == "plan":
             return cmd_plan(args, clock)
+        if args.command == "diff":
+            return cmd_diff(args, clock)
         if args.command == "profile":
             return cmd_profile(args)
         if args.command == "worker":

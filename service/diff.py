@@ -354,7 +354,8 @@ def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResu
         if r.kind == "copies-added":
             n = len(diff["copies_added"])
             nbytes = diff["copies"]["bytes_added"]
-            out.append(RuleResult(r, n > 0, f"{n} copies added ({nbytes} bytes)" if n else "no copy added"))
+            noun = "copy" if n == 1 else "copies"
+            out.append(RuleResult(r, n > 0, f"{n} {noun} added ({nbytes} bytes)" if n else "no copy added"))
         elif r.kind == "moved-to":
             hits = [m for m in diff["moved"] if m["after"]["device"] == r.device]
             text = ", ".join(_node_text(m["after"]) for m in hits[:10])
