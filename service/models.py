@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 
 import solver
 from service.planning import PlanJob
+from service.units import ByteSize
 
 if TYPE_CHECKING:
     from service.config import Settings
@@ -126,10 +127,10 @@ class DeviceProfileIn(BaseModel):
     peak_gflops: float | None = Field(None, gt=0, description="Peak compute rate, GFLOP/s.")
     mem_gbps: float | None = Field(None, gt=0, description="Memory bandwidth, GB/s.")
     launch_us: float | None = Field(None, ge=0, description="Per-kernel launch overhead, microseconds.")
-    memory_bytes: int | None = Field(
+    memory_bytes: ByteSize | None = Field(
         None,
-        gt=0,
-        description="Memory budget: weights placed on the device plus its largest intermediate must fit.",
+        description="Memory budget in bytes (an integer, or `8GiB`, `60MB`, ... as `--memory-budget` "
+        "takes): weights placed on the device plus its largest intermediate must fit.",
     )
 
 
@@ -205,6 +206,10 @@ def plain_option(name: str, raw: Any) -> Any:
 # POST /plan
 
 
+# The schema states the server's default limit; the server checks its own (to_plan_job).
+_DEFAULT_MAX_TIMEOUT_MS = 120_000
+
+
 class PlanRequest(BaseModel):
     """A Relay module (text or TVM JSON) and the planning configuration."""
 
@@ -234,10 +239,10 @@ class PlanRequest(BaseModel):
     timeout_ms: int | None = Field(
         None,
         ge=1,
-        le=600_000,
+        json_schema_extra={"maximum": _DEFAULT_MAX_TIMEOUT_MS},
         description="Time limit in ms for the whole plan (parse, plan, print); past it the answer is a 504 "
-        "solver-timeout problem. The server's default (DEVPLAN_DEFAULT_TIMEOUT_MS) when absent; capped at "
-        "DEVPLAN_MAX_TIMEOUT_MS.",
+        "solver-timeout problem. The server's default (DEVPLAN_DEFAULT_TIMEOUT_MS) when absent; at most "
+        f"DEVPLAN_MAX_TIMEOUT_MS ({_DEFAULT_MAX_TIMEOUT_MS} unless the server sets another), above it a 422.",
     )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")
@@ -306,9 +311,16 @@ class PlanRequest(BaseModel):
 
 
 def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | None = None) -> PlanJob:
-    """The planning job of a /plan or /compile request, its time limit clamped
-    to the server's bounds (the request's `timeout_ms`, else the default, at most
-    `max_timeout_ms`)."""
+    """The planning job of a /plan or /compile request, its time limit the request's
+    `timeout_ms`, else the server's default (never above `max_timeout_ms`). A request
+    above the server's `max_timeout_ms` is a 422 validation-error stating the limit
+    (not silently capped)."""
+    if request.timeout_ms is not None and request.timeout_ms > settings.max_timeout_ms:
+        from service.problems import VALIDATION_ERROR, ProblemError
+
+        msg = f"Input should be less than or equal to {settings.max_timeout_ms} (this server's DEVPLAN_MAX_TIMEOUT_MS)"
+        error = {"loc": ["body", "timeout_ms"], "msg": msg, "type": "less_than_equal"}
+        raise ProblemError(VALIDATION_ERROR, f"body.timeout_ms: {msg}", errors=[error])
     timeout_ms = min(request.timeout_ms or settings.default_timeout_ms, settings.max_timeout_ms)
     return PlanJob(
         module=request.module,
@@ -355,9 +367,16 @@ class FunctionDevicesOut(BaseModel):
 class PlanSummary(BaseModel):
     device_copies: list[DeviceCopyOut] = Field(..., description="Copies inserted by the planner.")
     expressions_by_device: dict[str, int] = Field(
-        ..., description="How many expressions landed on each device."
+        ..., description="How many expressions (every node, not only operator calls) landed on each device."
     )
     functions: dict[str, FunctionDevicesOut] = Field(..., description="Global function name -> devices.")
+    compile_targets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per device the plan uses, the target POST /compile would build for it by default "
+        "(the planned module keeps TVM's target text; /compile uses DEVPLAN_CUDA_ARCH, default sm_75, "
+        "where that text names no arch or one nvcc cannot build). Pass it as /compile's `targets` to pin it.",
+        examples=[{"cpu": "llvm", "cuda": "cuda -arch=sm_75 -thread_warp_size=32 -max_num_threads=1024"}],
+    )
 
 
 class SolverStats(BaseModel):
@@ -376,7 +395,7 @@ class SolverStats(BaseModel):
 
 
 class DeviceCostOut(BaseModel):
-    operators: int = Field(..., description="Operator calls placed on the device.")
+    operator_calls: int = Field(..., description="Operator calls placed on the device (not expressions).")
     predicted_ms: float = Field(..., description="Predicted kernel time on the device.")
     weight_bytes: int = Field(..., description="Weights (parameters and constants) placed there.")
 
@@ -566,6 +585,11 @@ class Problem(BaseModel):
     locations: list[ProblemLocation] | None = None
     constraints: list[ConflictConstraintOut] | None = None
     errors: list[dict[str, Any]] | None = Field(None, description="Schema violations (422 validation-error).")
+    # Problem bodies stay under 8 KiB (service.problems.bounded_body): each list keeps its
+    # first 20 items and says how many it left out.
+    locations_omitted: int | None = Field(None, description="Locations left out (only the first 20 are sent).")
+    constraints_omitted: int | None = Field(None, description="Constraints left out (the first 20 are sent).")
+    errors_omitted: int | None = Field(None, description="Schema violations left out (the first 20 are sent).")
 
 
 # --------------------------------------------------------------------------

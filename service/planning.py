@@ -18,6 +18,7 @@ from typing import Any, Literal
 import relay
 import solver
 from service import errors
+from service.compile_targets import compile_targets
 from service.picture import build_picture
 
 log = logging.getLogger("devplan.planning")
@@ -314,19 +315,21 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         for span, src, dst in result.copies
     ]
     functions = _functions_summary(result)
+    virtual_devices = [device_to_dict(d) for d in result.virtual_devices]
     outcome = PlanOutcome(
         module=text,
         format=job.output_format,
-        virtual_devices=[device_to_dict(d) for d in result.virtual_devices],
+        virtual_devices=virtual_devices,
         summary={
             "device_copies": copies,
             "expressions_by_device": dict(result.expressions_by_device),
             "functions": functions,
+            "compile_targets": compile_targets(virtual_devices, result.expressions_by_device),
         },
         solver={
             "classes": stats.classes,
             "z3_checked": stats.z3_checked,
-            "variables": stats.variables,
+            "variables": stats.variables if stats.z3_checked else None,  # absent unless Z3 checked
             "hard_constraints": stats.hard_constraints,
             "soft_constraints": stats.soft_constraints,
             "time_ms": time_ms,
@@ -424,7 +427,7 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
         f"{'device':<24} {'operators':>9} {'predicted ms':>13} {'weight bytes':>13}",
     ]
     for name, d in sorted(cost["per_device"].items()):
-        lines.append(f"{name:<24} {d['operators']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}")
+        lines.append(f"{name:<24} {d['operator_calls']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}")
     for e in cost.get("estimates", ()):
         where = f"{e['line']}:{e['column']}" if e.get("line") is not None else "?:?"
         lines.append(f"estimate at {where}: {e['kind']}: {e['message']}")
@@ -432,10 +435,16 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
 
 
 def _relay_failure(kind: str, err: relay.RelayError) -> PlanFailure:
+    """The failure of a located error; its notes (an unclosed bracket's opening) follow
+    as more locations, `note: ...`."""
     line, column = _span_lc(err.span)
     message = err.message or str(err)
-    locations = ({"line": line, "column": column, "message": message},) if line is not None else ()
-    return PlanFailure(kind, message, str(err), locations)
+    locations = [{"line": line, "column": column, "message": message}] if line is not None else []
+    for note, span in getattr(err, "notes", ()):
+        note_line, note_column = _span_lc(span)
+        if note_line is not None:
+            locations.append({"line": note_line, "column": note_column, "message": f"note: {note}"})
+    return PlanFailure(kind, message, str(err), tuple(locations))
 
 
 def _conflict_failure(err: solver.PlanningConflict) -> PlanFailure:

@@ -12,7 +12,8 @@ module in graph form (every Relax binding is one shared Relay node; aliases
   and so is `a` unless `a` is already known to live elsewhere (TVM's own
   `RealizeVDevice` gives explicit devices priority over hinted inputs); a
   tensor whose type names a vdevice is pinned the same way;
-- `R.to_vdevice(a, d)` becomes `device_copy(a, ?, d)`;
+- `R.to_vdevice(a, d)` becomes `on_device(a, d)` constraining only its
+  result: `a` stays wherever it is computed and the copy is the boundary;
 - `call_tir`, packed calls and operators without a Relay counterpart keep
   their Relax name: the planner treats them as device-polymorphic operators
   (they stay with their inputs), and the cost model lists them as estimates.
@@ -588,7 +589,9 @@ class _Translator:
                 if arg is None:
                     return None, "other"
                 dst = self.device_of_vdevice(call.attrs.dst_vdevice)
-                return ast.device_copy(arg, VirtualDevice.unconstrained(), dst, span=span), "copy"
+                # The result on `dst`, the input wherever it is: the planner
+                # copies across the boundary when they differ.
+                return ast.on_device(arg, dst, constrain_body=False, constrain_result=True, span=span), "copy"
             if name in ("relax.call_tir", "relax.call_dps_packed", "relax.call_tir_with_grad",
                         "relax.call_tir_inplace"):
                 inputs = call.args[1] if len(call.args) > 1 else relax.Tuple([])
@@ -686,7 +689,24 @@ def _with_type(node: ast.Expr, ty: ast.Type | None) -> ast.Expr:
 
 
 def _ret_vdevice(func: Any) -> Any:
-    return tensor_vdevice(func.ret_ty)
+    """The vdevice a function's return type names (a tuple's fields must
+    agree: a Relay tuple lives on one device)."""
+    found: list[Any] = []
+    stack = [func.ret_ty]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, relax.TupleType):
+            stack.extend(ty.fields)
+        elif tensor_vdevice(ty) is not None:
+            found.append(tensor_vdevice(ty))
+    if not found:
+        return None
+    first = relay_device(found[0])
+    if any(relay_device(v) != first for v in found[1:]):
+        raise RelaxTranslationError(
+            "a tuple result with fields on different vdevices is not supported", None
+        )
+    return found[0]
 
 
 def _bindings(func: Any) -> Iterator[Any]:

@@ -300,9 +300,9 @@ class _Writer:
             arg = self.leaf(value.args[0], out, dataflow, None, None, None)
             new_value = relax.Call(value.op, [arg], value.attrs, value.ty_args, value.span)
             assert isinstance(node, ast.Call)
-            dc = ast.device_copy_props(node)
-            assert dc is not None and isinstance(dc.dst, VirtualDevice)
-            device = self._complete(dc.dst, None)
+            dc = ast.on_device_props(node)
+            assert dc is not None and isinstance(dc.virtual_device, VirtualDevice)
+            device = self._complete(dc.virtual_device, None)
         elif kind == "alias":
             new_value = self.leaf(value, out, dataflow, None, None, None)
             device = self.device_of(value) if isinstance(value, relax.Var) else (

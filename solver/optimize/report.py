@@ -19,7 +19,7 @@ class DeviceCost:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "operators": self.operators,
+            "operator_calls": self.operators,  # operator calls, not expressions (issue 19)
             "predicted_ms": self.predicted_ms,
             "weight_bytes": self.weight_bytes,
         }

@@ -167,7 +167,7 @@ def optimize(
     started = time.perf_counter()
     tvm_ms, reason = tvm_mode_prediction(module, config, deadline.remaining_ms())
     report = dataclasses.replace(report, tvm_mode_predicted_ms=tvm_ms, tvm_mode_reason=reason)
-    times["tvm mode"] = round((time.perf_counter() - started) * 1000, 3)
+    times["tvm_mode"] = round((time.perf_counter() - started) * 1000, 3)
     report = dataclasses.replace(report, solver_ms=times.get("solve", 0.0))
     stats = PlanStats(
         classes=len(problem.classes),

@@ -106,7 +106,7 @@ def _resolve_meta(value: Any, table: list[Any]) -> Any:
         if not 0 <= value.index < len(table) or not isinstance(table[value.index], VirtualDevice):
             raise PlanConfigError(
                 f"meta[VirtualDevice][{value.index}] is not in the virtual device table "
-                f"({len(table)} entries); pass --virtual-devices"
+                f"({len(table)} entries); supply the table as `virtual_devices`"
             )
         return table[value.index]
     return value

@@ -1,0 +1,290 @@
+"""Relax planning on the situations TVM's own `RealizeVDevice` handles (issue 21).
+
+Each case is an Input module and the Expected output, written as TVMScript:
+where `RealizeVDevice` gives a valid module we must give the same placement,
+and our output must be a fixed point of `RealizeVDevice`. Where it fails
+(operands of one operator left on two devices), we give a valid plan or a
+located conflict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import tvm
+from tvm import relax
+
+from solver import PlanConfig, PlanningConflict
+from tvm_bridge.relax_plan import plan_relax, read_relax, strip_devices
+
+pytestmark = pytest.mark.tvm
+
+DEVICES = """
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("cuda", 0)]})
+"""
+
+
+def _line(text: str, start: str) -> int:
+    """The 1-based number of the line that starts (after indentation) with `start`."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(start))
+
+
+def _plan(text: str, **options: Any) -> Any:
+    mod, source = read_relax(text)
+    options.setdefault("default_device", "cuda")
+    return plan_relax(mod, PlanConfig(**options), source)
+
+
+def _check(source: str, expected: str, **options: Any) -> Any:
+    planned = _plan(source, **options)
+    want, _ = read_relax(expected)
+    tvm.ir.assert_structural_equal(planned.module, want)
+    # A fixed point of TVM's own pass, and of re-planning.
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(planned.module), planned.module)
+    again = plan_relax(planned.module, PlanConfig(**{**options, "default_device": "cuda"}))
+    tvm.ir.assert_structural_equal(again.module, planned.module)
+    # Only devices changed.
+    tvm.ir.assert_structural_equal(strip_devices(planned.module), strip_devices(read_relax(source)[0]))
+    return planned
+
+
+def test_hint_in_a_dataflow_block_places_its_neighbours() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(a: R.Tensor((4, 4), "float32"), b: R.Tensor((4, 4), "float32")) -> R.Tensor((4, 4), "float32"):
+        with R.dataflow():
+            a1 = a
+            a2 = R.hint_on_device(a1, R.device(1, 0))
+            s = R.subtract(a2, b)
+            out = R.exp(s)
+            R.output(out)
+        return out
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(a: R.Tensor((4, 4), "float32", "llvm"), b: R.Tensor((4, 4), "float32", "llvm")) -> R.Tensor((4, 4), "float32", "llvm"):
+        with R.dataflow():
+            a1: R.Tensor((4, 4), "float32", "llvm") = a
+            a2: R.Tensor((4, 4), "float32", "llvm") = a1
+            s: R.Tensor((4, 4), "float32", "llvm") = R.subtract(a2, b)
+            out: R.Tensor((4, 4), "float32", "llvm") = R.exp(s)
+            R.output(out)
+        return out
+"""
+    planned = _check(source, expected)
+    assert planned.copies == 0
+
+
+def test_hint_on_a_plain_binding() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(p: R.Tensor((3,), "float32"), q: R.Tensor((3,), "float32")) -> R.Tensor((3,), "float32"):
+        m = R.multiply(p, q)
+        h = R.hint_on_device(m, R.device(1, 0))
+        n = R.negative(h)
+        return n
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(p: R.Tensor((3,), "float32", "llvm"), q: R.Tensor((3,), "float32", "llvm")) -> R.Tensor((3,), "float32", "llvm"):
+        m: R.Tensor((3,), "float32", "llvm") = R.multiply(p, q)
+        h: R.Tensor((3,), "float32", "llvm") = m
+        n: R.Tensor((3,), "float32", "llvm") = R.negative(h)
+        return n
+"""
+    _check(source, expected)
+
+
+def test_return_type_names_the_device() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(u: R.Tensor((2, 5), "float32"), v: R.Tensor((2, 5), "float32")) -> R.Tensor((2, 5), "float32", "llvm"):
+        with R.dataflow():
+            w = R.maximum(u, v)
+            R.output(w)
+        return w
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(u: R.Tensor((2, 5), "float32", "llvm"), v: R.Tensor((2, 5), "float32", "llvm")) -> R.Tensor((2, 5), "float32", "llvm"):
+        with R.dataflow():
+            w: R.Tensor((2, 5), "float32", "llvm") = R.maximum(u, v)
+            R.output(w)
+        return w
+"""
+    # The default device is cuda: the return type's device wins over it.
+    _check(source, expected)
+
+
+def test_tuple_return_type_names_the_device() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(u: R.Tensor((2, 5), "float32")) -> R.Tuple(R.Tensor((2, 5), "float32", "llvm"), R.Tensor((2, 5), "float32", "llvm")):
+        with R.dataflow():
+            w = R.sqrt(u)
+            R.output(w)
+        return (w, u)
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(u: R.Tensor((2, 5), "float32", "llvm")) -> R.Tuple(R.Tensor((2, 5), "float32", "llvm"), R.Tensor((2, 5), "float32", "llvm")):
+        with R.dataflow():
+            w: R.Tensor((2, 5), "float32", "llvm") = R.sqrt(u)
+            R.output(w)
+        return (w, u)
+"""
+    _check(source, expected)
+
+
+def test_explicit_copy_between_two_devices() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(a: R.Tensor((8,), "float32"), b: R.Tensor((8,), "float32"), c: R.Tensor((8,), "float32")) -> R.Tensor((8,), "float32", "cuda"):
+        with R.dataflow():
+            s = R.add(a, b)
+            s_cpu = R.hint_on_device(s, R.device(1, 0))
+            s_gpu = R.to_vdevice(s_cpu, "cuda")
+            t = R.multiply(c, c)
+            out = R.add(s_gpu, t)
+            R.output(out)
+        return out
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(a: R.Tensor((8,), "float32", "llvm"), b: R.Tensor((8,), "float32", "llvm"), c: R.Tensor((8,), "float32", "cuda")) -> R.Tensor((8,), "float32", "cuda"):
+        with R.dataflow():
+            s: R.Tensor((8,), "float32", "llvm") = R.add(a, b)
+            s_cpu: R.Tensor((8,), "float32", "llvm") = s
+            s_gpu: R.Tensor((8,), "float32", "cuda") = R.to_vdevice(s_cpu, "cuda")
+            t: R.Tensor((8,), "float32", "cuda") = R.multiply(c, c)
+            out: R.Tensor((8,), "float32", "cuda") = R.add(s_gpu, t)
+            R.output(out)
+        return out
+"""
+    planned = _check(source, expected)
+    assert planned.copies == 0  # the module's own copy is the only one
+
+
+def test_hint_on_a_value_known_elsewhere_becomes_a_copy() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2, 2), "float32"), y: R.Tensor((2, 2), "float32"), z: R.Tensor((2, 2), "float32")) -> R.Tensor((2, 2), "float32"):
+        with R.dataflow():
+            y_cpu = R.hint_on_device(y, R.device(1, 0))
+            d = R.divide(x, y_cpu)
+            d_gpu = R.hint_on_device(d, R.device(2, 0))
+            e = R.multiply(d_gpu, d_gpu)
+            z_gpu = R.hint_on_device(z, R.device(2, 0))
+            out = R.subtract(e, z_gpu)
+            R.output(out)
+        return out
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2, 2), "float32", "llvm"), y: R.Tensor((2, 2), "float32", "llvm"), z: R.Tensor((2, 2), "float32", "cuda")) -> R.Tensor((2, 2), "float32", "cuda"):
+        with R.dataflow():
+            y_cpu: R.Tensor((2, 2), "float32", "llvm") = y
+            d: R.Tensor((2, 2), "float32", "llvm") = R.divide(x, y_cpu)
+            d_gpu: R.Tensor((2, 2), "float32", "cuda") = R.to_vdevice(d, "cuda")
+            e: R.Tensor((2, 2), "float32", "cuda") = R.multiply(d_gpu, d_gpu)
+            z_gpu: R.Tensor((2, 2), "float32", "cuda") = z
+            out: R.Tensor((2, 2), "float32", "cuda") = R.subtract(e, z_gpu)
+            R.output(out)
+        return out
+"""
+    _check(source, expected)
+
+
+def test_unannotated_module_goes_to_the_default_device() -> None:
+    """RealizeVDevice leaves it unchanged; the planner applies the default."""
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2, 2), "float32")) -> R.Tensor((2, 2), "float32"):
+        y = R.tanh(x)
+        return y
+"""
+    expected = f"""
+@I.ir_module
+class Expected:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2, 2), "float32", "cuda")) -> R.Tensor((2, 2), "float32", "cuda"):
+        y: R.Tensor((2, 2), "float32", "cuda") = R.tanh(x)
+        return y
+"""
+    unchanged, _ = read_relax(source)
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(unchanged), unchanged)
+    _check(source, expected)
+
+
+MIXED = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2, 3), "float32"), y: R.Tensor((2, 3), "float32")) -> R.Tensor((2, 3), "float32"):
+        a = R.add(x, y)
+        b = R.hint_on_device(a, R.device(1, 0))
+        c = R.hint_on_device(y, R.device(2, 0))
+        d = R.multiply(b, c)
+        return d
+"""
+
+
+def test_realize_vdevice_fails_where_we_plan_or_locate_a_conflict() -> None:
+    mod, _ = read_relax(MIXED)
+    with pytest.raises(Exception, match="same VDevice"):
+        relax.transform.RealizeVDevice()(mod)
+    for mode in ("tvm", "optimize"):
+        try:
+            planned = _plan(MIXED, mode=mode)
+        except PlanningConflict as conflict:
+            lines = {c.span.line for c in conflict.constraints if c.span is not None}
+            assert lines & {_line(MIXED, "b = "), _line(MIXED, "c = ")}, conflict  # the hints' lines
+            continue
+        out = planned.module
+        tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(out), out)
+        relax.analysis.well_formed(out)
+        assert planned.copies >= 1
+        tvm.ir.assert_structural_equal(strip_devices(out), strip_devices(mod))
+
+
+def test_conflicting_pins_are_located_in_the_tvmscript() -> None:
+    source = f"""
+@I.ir_module
+class Input:{DEVICES}
+    @R.function
+    def main(x: R.Tensor((2,), "float32", "llvm")) -> R.Tensor((2,), "float32", "cuda"):
+        y: R.Tensor((2,), "float32", "llvm") = R.exp(x)
+        return y
+"""
+    with pytest.raises(PlanningConflict) as info:
+        _plan(source)
+    lines = {c.span.line for c in info.value.constraints if c.span is not None}
+    assert lines, info.value
+    assert lines <= {_line(source, "def main"), _line(source, "y: ")}
