@@ -4,6 +4,7 @@ and a job as its response model."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -60,12 +61,17 @@ def store_down(detail: str, path: str) -> JSONResponse:
 
 
 def job_payload(body: CompileRequest, settings: Settings) -> dict[str, Any]:
-    """What a job carries: the validated request as plain JSON, and the limits of this API
-    (the plan's clamped time limit, the compile's), so a worker enforces the API's limits."""
+    """What a job carries, as JSON: the module, the planning options (`solver.PlanOptions`,
+    with this API's clamped time limit), the compile fields and the compile's time limit, so a
+    worker enforces the API's limits. The worker rebuilds the PlanJob (`service.jobs.task`)."""
     plan = to_plan_job(body, settings, request_id=current_request_id())
     return {
-        "request": body.model_dump(mode="json"),
-        "timeout_ms": plan.timeout_ms,
+        "module": body.module,
+        "format": body.format,
+        "options": dataclasses.asdict(plan.options),
+        "targets": body.model_dump(mode="json")["targets"],
+        "cuda_arch": body.cuda_arch,
+        "run_check": body.run_check,
         "compile_timeout_s": settings.compile_timeout_s,
         "request_id": plan.request_id,
     }

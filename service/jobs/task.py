@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import solver
 from service.artifact_store import ArtifactStoreUnavailable, open_store
 from service.compile_workers import CompileJob, CompileRun, Target, worker_main
 from service.config import get_settings
 from service.errors import ARTIFACT_STORE_UNAVAILABLE, COMPILE_TIMEOUT
 from service.jobs.queue import forget_inflight
 from service.jobs.stats import observe, record_final
-from service.models import CompileReport, CompileRequest, CompileResponse, to_plan_job
-from service.planning import PlanFailure
+from service.models import CompileReport, CompileResponse
+from service.planning import PlanFailure, PlanJob
 
 log = logging.getLogger("devplan.jobs")
 
@@ -49,6 +49,16 @@ def compile_response(result: dict[str, Any], cache_hit: bool) -> dict[str, Any]:
     return response.model_dump(mode="json", exclude_none=True)
 
 
+def plan_options(data: dict[str, Any]) -> solver.PlanOptions:
+    """`solver.PlanOptions` from its JSON form (`dataclasses.asdict`): lists back to tuples."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(solver.PlanOptions):
+        if f.name in data:
+            value = data[f.name]
+            values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
+    return solver.PlanOptions(**values)
+
+
 def build(
     payload: dict[str, Any], job_id: str, on_start: Any = None, target: Target = worker_main
 ) -> dict[str, Any]:
@@ -64,17 +74,20 @@ def build(
         return {"error": PlanFailure.plain(ARTIFACT_STORE_UNAVAILABLE.slug, str(err)).as_dict()}
     if cached is not None:
         return {"ok": dict(cached, cache_hit=True)}
-    request = CompileRequest.model_validate_json(json.dumps(payload["request"]))
-    plan = dataclasses.replace(
-        to_plan_job(request, settings, request_id=payload.get("request_id")),
-        timeout_ms=int(payload["timeout_ms"]),
+    plan = PlanJob(
+        module=str(payload["module"]),
+        options=plan_options(payload["options"]),
+        input_format=payload.get("format"),
+        name="<request>",
+        request_id=payload.get("request_id"),
     )
     scratch = store.scratch(job_id)
-    targets: dict[str | int, Any] | None = None
-    if request.targets is not None:
-        targets = {device: target for device, target in request.targets.items()}
     compile_job = CompileJob(
-        plan=plan, targets=targets, cuda_arch=request.cuda_arch, run_check=request.run_check, library=str(scratch)
+        plan=plan,
+        targets=payload.get("targets"),
+        cuda_arch=payload.get("cuda_arch"),
+        run_check=bool(payload.get("run_check", False)),
+        library=str(scratch),
     )
     timeout_s = float(payload["compile_timeout_s"])
     run = CompileRun(compile_job, target)
