@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+import relay
+import solver
+from relay.ast import Call, Op
 from service import picture
 from tests.service.test_service_docs_browser import DevTools, browser  # noqa: F401 (the fixture)
 
@@ -24,7 +27,7 @@ pytestmark = [
 
 
 LEGEND = (
-    "Object.fromEntries(Array.from(document.querySelectorAll('#picture svg g.legend-entry'))"
+    "Object.fromEntries(Array.from(document.querySelectorAll('#picture svg g.legend-device'))"
     ".filter(g => g.querySelector('path, polygon'))"
     ".map(g => [g.querySelector('text').textContent, g.querySelector('path, polygon').getAttribute('fill')]))"
 )
@@ -111,9 +114,104 @@ def test_explore_page_plans_pins_and_explains(
     assert "nn.dense" in answer and "cpu" in answer and "request pin" in answer
     _screenshot(browser, out / "4-why.png")
 
+    # The dense's weight is folded into it; its menu still pins the weight.
+    bias_add = browser.evaluate(
+        "Array.from(document.querySelectorAll('#picture svg g.node.op.folded'))"
+        ".find(g => g.textContent.includes('nn.bias_add')).id"
+    )
+    _click_node(browser, f"#{bias_add}")
+    browser.wait_for("!document.getElementById('menu').hidden")
+    folded = browser.evaluate(
+        "Array.from(document.querySelectorAll('#menu .folded')).map(r => [r.dataset.node, r.textContent])"
+    )
+    assert len(folded) == 1 and "%fc1_bias" in folded[0][1], folded
+    weight = folded[0][0]
+    assert browser.evaluate(f"document.querySelector('#{bias_add}').classList.contains('fold-{weight}')")
+    browser.evaluate(
+        f'document.querySelector(\'#menu button.pin-folded[data-node="{weight}"][data-device="cpu"]\').click()'
+    )
+    # Pinned, the weight is drawn on its own (pins never fold), outlined.
+    browser.wait_for(f"!!document.querySelector('#picture svg g#n{weight}.pinned')")
+    _screenshot(browser, out / "5-folded-weight-pinned.png")
+
     # Everything came from this server.
     urls = [
         e["params"]["request"]["url"] for e in browser.events if e["method"] == "Network.requestWillBeSent"
     ]
     foreign = [u for u in urls if not u.startswith(server.base_url) and not u.startswith("data:")]
     assert not foreign, foreign
+
+
+# Every text box of the picture in page pixels, and the pairs that overlap (more than a pixel each way).
+TEXT_BOXES = """(() => {
+  const boxes = Array.from(document.querySelectorAll('#picture svg text')).map((t) => {
+    const r = t.getBoundingClientRect();
+    const g = t.closest('g.node, g.edge, g.cluster');
+    return {x: r.left, y: r.top, w: r.width, h: r.height, text: t.textContent,
+            kind: g ? (g.classList.contains('copy') ? 'copy' : g.classList.contains('node') ? 'node' : 'other') : 'other'};
+  });
+  const overlaps = [];
+  for (let i = 0; i < boxes.length; i++) {
+    for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i], b = boxes[j];
+      const dx = Math.min(a.x + a.w, b.x + b.w) - Math.max(a.x, b.x);
+      const dy = Math.min(a.y + a.h, b.y + b.h) - Math.max(a.y, b.y);
+      if (dx > 1 && dy > 1) overlaps.push([a.text, b.text]);
+    }
+  }
+  return {boxes, overlaps};
+})()"""
+
+
+def _full_screenshot(tools: DevTools, path: Path) -> None:
+    """The whole picture, beyond the viewport."""
+    rect = tools.evaluate(
+        "(() => { const p = document.getElementById('picture'); p.style.overflow = 'visible';"
+        " p.style.height = 'auto'; document.querySelector('main').style.height = 'auto';"
+        " const r = document.querySelector('#picture svg').getBoundingClientRect();"
+        " return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height}; })()"
+    )
+    shot = tools.call(
+        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**rect, "scale": 1}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def test_pictures_of_real_models_are_readable_at_1400_px(
+    browser: DevTools,  # noqa: F811
+    server: Any,
+    tmp_path: Path,
+) -> None:
+    """resnet18, mobilenet and inception_v3 with their classifier pinned to the
+    cpu (optimize mode: copies in and out): every copy label and box label at
+    least 10 px high, no two text boxes overlapping."""
+    out = _artifacts(tmp_path)
+    browser.call("Page.enable")
+    browser.call(
+        "Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False
+    )
+    for name in ("resnet18", "mobilenet", "inception_v3"):
+        text = (CORPUS / f"{name}.relay").read_text()
+        module = relay.parse_text(text)
+        dense = next(
+            i
+            for i, n in enumerate(solver.node_ids(module))
+            if isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "nn.dense"
+        )
+        browser.call("Page.navigate", url=server.base_url + "/explore")
+        browser.wait_for("window.explorerReady === true")
+        browser.evaluate(f"document.getElementById('module').value = {json.dumps(text)}")
+        browser.evaluate("document.getElementById('mode').value = 'optimize'")
+        browser.evaluate(f"state.pins = [{{node: {dense}, device: 'cpu'}}]; plan()")
+        browser.wait_for("document.querySelectorAll('#picture svg g.edge.copy').length > 0", timeout_s=60)
+        found = browser.evaluate(TEXT_BOXES)
+        boxes = found["boxes"]
+        copies = [b for b in boxes if b["kind"] == "copy"]
+        labels = [b for b in boxes if b["kind"] == "node"]
+        assert copies and labels
+        small = [(b["text"], round(b["h"], 1)) for b in copies + labels if b["h"] < 10]
+        assert not small, (name, small[:5])
+        assert all("copy" in b["text"] and "B" in b["text"] for b in copies)
+        assert not found["overlaps"], (name, found["overlaps"][:5])
+        _screenshot(browser, out / f"picture-{name}.png")
+        _full_screenshot(browser, out / f"picture-{name}-full.png")

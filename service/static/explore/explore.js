@@ -91,10 +91,10 @@ function showPicture(svgText) {
   pic.innerHTML = svgText.replace(/^<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>\s*)?/, "");
   // cpu and cuda keep their colors across plans (as service/picture.py draws them).
   state.legend = { cpu: "#9ecae1", cuda: "#a1d99b" };
-  for (const g of pic.querySelectorAll("g.legend-entry")) {
+  for (const g of pic.querySelectorAll("g.legend-device")) {
     const name = g.querySelector("text") ? g.querySelector("text").textContent : "";
     const shape = g.querySelector("path, polygon");
-    if (name && name !== "copy" && shape) state.legend[name] = shape.getAttribute("fill");
+    if (name && shape) state.legend[name] = shape.getAttribute("fill");
   }
   const fromRequest = $("virtual-devices").value.split(",").map((s) => s.trim()).filter(Boolean);
   state.devices = Array.from(new Set([...Object.keys(state.legend), ...fromRequest]));
@@ -108,12 +108,18 @@ function nodeInfo(g) {
   const id = g.id || "";
   const title = g.querySelector("a") ? (g.querySelector("a").getAttribute("xlink:title")
     || g.querySelector("a").getAttribute("title") || "") : "";
+  // Weights and constants folded into this node: "...; folded: %w #9, %b #12" in the tooltip.
+  const folded = [];
+  const at = title.indexOf("folded: ");
+  if (at >= 0) {
+    for (const m of title.slice(at + 8).matchAll(/(\S+) #(\d+)/g)) folded.push({ label: m[1], node: Number(m[2]) });
+  }
   if (id.startsWith("g")) {
-    const ids = (title.split(":")[1] || "").trim().split(/\s+/).map(Number).filter((n) => !isNaN(n));
-    return { collapsed: true, ids };
+    const ids = (title.split(":")[1] || "").split(";")[0].trim().split(/\s+/).map(Number).filter((n) => !isNaN(n));
+    return { collapsed: true, ids, folded };
   }
   const m = /^[nr](\d+)$/.exec(id);
-  return m ? { collapsed: false, node: Number(m[1]), label: g.querySelector("text").textContent } : null;
+  return m ? { collapsed: false, node: Number(m[1]), label: g.querySelector("text").textContent, folded } : null;
 }
 
 function nodeClicked(g, ev) {
@@ -138,6 +144,17 @@ function nodeClicked(g, ev) {
   const why = el("button", { class: "why" }, "why this device?");
   why.addEventListener("click", () => { hideMenu(); ask(info.node); });
   menu.append(why);
+  // Folded weights stay reachable: pin one of them, or ask why.
+  if (info.folded.length) menu.append(el("div", { class: "folded-title" }, "folded in:"));
+  for (const f of info.folded) {
+    const row = el("div", { class: "folded", "data-node": String(f.node) }, el("span", {}, f.label + " #" + f.node));
+    for (const d of state.devices) {
+      const b = el("button", { "data-device": d, "data-node": String(f.node), class: "pin-folded small" }, d);
+      b.addEventListener("click", () => { hideMenu(); pin(f.node, d); });
+      row.append(b);
+    }
+    menu.append(row);
+  }
   menu.hidden = false;
   const x = Math.min(ev.clientX + 8, window.innerWidth - 180);
   const y = Math.min(ev.clientY + 8, window.innerHeight - 40 * (state.devices.length + 2));
