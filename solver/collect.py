@@ -20,6 +20,7 @@ from relay.traverse import not_primitive, post_order, pre_order
 from .deadline import MASK, Deadline
 from .domains import FREE, Domain, DomainSystem
 from .shapes import FnShape, ShapeInfo, type_shape
+from .tvm_reading import tvm_copy_props
 
 # Parameter/result slots of special operators: "same" (one shared free
 # first-order domain), "host" (the host device), "free" (a fresh free domain of
@@ -125,6 +126,17 @@ class Collector:
         self.callee[id(call)] = d
         return d
 
+    # The TVM mode reads annotations as TVM 0.19 does: directly nested copies as
+    # one (tvm_reading.py), and its rewrite reports the copies TVM drops as
+    # divergences; the optimize mode's collector reads each copy on its own.
+    tvm_reading: ClassVar[bool] = True
+
+    def copy_props(self, call: Expr) -> ast.DeviceCopyProps | None:
+        """A `device_copy` call's parts as this mode reads them."""
+        if self.tvm_reading:
+            return tvm_copy_props(call)
+        return ast.device_copy_props(call)
+
     def _make_callee_domain(self, call: Call) -> Domain:
         ds = self.ds
         op = call.op
@@ -146,7 +158,7 @@ class Collector:
                     else ds.free(shape)
                 )
                 return (body, res)
-            dc = ast.device_copy_props(call) if op.name == "device_copy" else None
+            dc = self.copy_props(call) if op.name == "device_copy" else None
             if dc is not None:
                 cid = self._tag("copy", call)
                 shape = self.shapes.of(args[0])

@@ -33,6 +33,8 @@ class Rewriter:
         self.memo: dict[int, Expr] = {}
         self.params: dict[int, Var] = {}
         self.copies: list[tuple[Span | None, VirtualDevice, VirtualDevice]] = []
+        # The copies TVM 0.19's rewrite omits (nested annotations), also in `copies`.
+        self.divergences: list[tuple[Span | None, VirtualDevice, VirtualDevice]] = []
         self.used: dict[VirtualDevice, None] = {}
         self._used_ids: set[int] = set()
         self._counts: dict[int, list[Any]] = {}
@@ -85,6 +87,22 @@ class Rewriter:
         return vd
 
     # ---- wrapping
+
+    @staticmethod
+    def _is_on_device(expr: Expr) -> bool:
+        return (
+            type(expr) is Call and type(expr.op) is Op and expr.op.name == "on_device" and len(expr.args) == 1
+        )
+
+    def _divergent_copy(self, value: Expr, have: VirtualDevice, want: VirtualDevice, where: Expr) -> Expr:
+        """A copy TVM 0.19's rewrite omits (its value would cross devices
+        without one); counted with the copies and listed in `divergences`."""
+        span = where.span
+        self.copies.append((span, have, want))
+        if self.c.tvm_reading:
+            self.divergences.append((span, have, want))
+        copied = maybe_on_device(value, self._use(have))
+        return ast.device_copy(copied, have, self._use(want), span=value.span)
 
     def child(
         self, lexical: VirtualDevice, expected: VirtualDevice, child_vd: VirtualDevice, child: Expr
@@ -176,7 +194,16 @@ class Rewriter:
     def _call(self, call: Call) -> Expr:
         name = call.op.name if type(call.op) is Op else None
         if name == "on_device" and len(call.args) == 1:
-            return self.memo[id(call.args[0])]
+            body = call.args[0]
+            value = self.memo[id(body)]
+            if self._is_on_device(body):
+                # TVM reads a child's device through one on_device only: the
+                # value of on_device(on_device(e, A), B) is on A, where TVM
+                # assumes B, and it drops this copy.
+                have, want = self.dev(body), self._result(self.c.dom(body))
+                if have != want:
+                    value = self._divergent_copy(value, have, want, body)
+            return value
         call_vd = self.dev(call)
         self._count(call_vd)
         if name is not None and name not in SPECIAL_OPS:
@@ -205,14 +232,25 @@ class Rewriter:
                 span=call.span,
                 checked_type=call.checked_type,
             )
-        dc = ast.device_copy_props(call) if name == "device_copy" else None
+        dc = self.c.copy_props(call) if name == "device_copy" else None
         if dc is not None:
             ds = self.c.ds
             src = ds.canonical(dc.src) if isinstance(dc.src, VirtualDevice) else FREE
             dst = ds.canonical(dc.dst) if isinstance(dc.dst, VirtualDevice) else FREE
+            body = dc.body
+            if self._is_on_device(body) and self.dev(body) != src:
+                # device_copy(on_device(e, A), src=B, ...): e's value is on A,
+                # where TVM assumes B, and it drops this copy.
+                value = self._divergent_copy(self.memo[id(body)], self.dev(body), src, body)
+                if src == dst:
+                    return value
+                self.copies.append((value.span, src, dst))
+                return ast.device_copy(
+                    maybe_on_device(value, self._use(src)), src, self._use(dst), span=value.span
+                )
             if src == dst:
-                return self.memo[id(dc.body)]
-            return self.child(dst, dst, src, dc.body)
+                return self.memo[id(body)]
+            return self.child(dst, dst, src, body)
         cd = self.c.callee_domain(call)
         n = len(call.args)
         if isinstance(cd, tuple) and len(cd) == n + 1:

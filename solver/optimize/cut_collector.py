@@ -25,6 +25,8 @@ class CutCollector(Collector):
     """The TVM-mode collector, except that a primitive operator call is not
     unified with its tensor arguments: the edge is recorded as cuttable."""
 
+    tvm_reading = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Whether an argument's edge may be cut; set from the types before collecting.
