@@ -76,6 +76,13 @@ def _device(value: object) -> VirtualDevice | None:
     return None
 
 
+def _same(a: VirtualDevice, b: VirtualDevice) -> bool:
+    """One device as TVM reads it: each field equal or unconstrained on one side
+    (a user's `device_copy(..., src_virtual_device=cpu)` leaves the memory scope
+    open, and the copy reads a `cpu` value of any scope)."""
+    return a is b or a == b or a.compatible(b)
+
+
 def _label(expr: Expr) -> str:
     if isinstance(expr, Call):
         op = expr.op
@@ -104,7 +111,7 @@ class _Walk:
         self.placements: list[tuple[Call, VirtualDevice | None]] = []
 
     def use(self, child: Expr, have: VirtualDevice | None, want: VirtualDevice | None) -> None:
-        if have is not None and want is not None and have != want:
+        if have is not None and want is not None and not _same(have, want):
             self.edges.append(Edge(child.span, _label(child), have, want))
 
     def callee(self, call: Call) -> Function | None:
@@ -148,7 +155,7 @@ class _Walk:
             if key in value:  # shared node, already read
                 if isinstance(node, _LEXICAL) or (isinstance(node, Call) and self._lexical_call(node)):
                     seen = lexical.get(key)
-                    if seen is not None and here is not None and seen != here:
+                    if seen is not None and here is not None and not _same(seen, here):
                         self.edges.append(Edge(node.span, _label(node), seen, here))
                         continue
                 self.use(node, value[key], want)

@@ -13,6 +13,7 @@ from ..collect import is_optimizable
 from ..optimize.report import CostReport
 from ..result import ConstraintLog, PlanResult, PlanStats, WhyResult
 from ..rewrite import Rewriter
+from .consistency import check_consistent
 
 
 def rewrite_module(
@@ -66,7 +67,12 @@ def planned_result(
     constraints: ConstraintLog | None = None,
 ) -> PlanResult:
     """The result of either mode: the rewritten module with its device table,
-    and the copies and per-device expression counts of the rewriter that made it."""
+    and the copies and per-device expression counts of the rewriter that made it.
+
+    The rewritten module is checked first (issue 18): a value used on another
+    device than its own without a copy is a planner bug, raised as
+    `InternalInconsistency` (a 500), never returned as a plan."""
+    check_consistent(out_module, rewriter.c.host)
     return PlanResult(
         module=out_module,
         virtual_devices=[v for v in out_module.meta["VirtualDevice"] if isinstance(v, VirtualDevice)],
@@ -77,4 +83,5 @@ def planned_result(
         cost=cost,
         why=why,
         constraints=constraints,
+        divergences=rewriter.divergences,
     )

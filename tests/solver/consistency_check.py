@@ -77,6 +77,18 @@ def _name(vd: VirtualDevice | None) -> str:
     return f"{kind}:{vd.virtual_device_id or 0}{scope}"
 
 
+def _same(a: VirtualDevice, b: VirtualDevice) -> bool:
+    """Devices that can be one: every field equal or unconstrained on one side
+    (a copy written `src_virtual_device=cpu` reads a cpu value of any scope)."""
+    pairs = (
+        (a.device_type, b.device_type),
+        (a.virtual_device_id, b.virtual_device_id),
+        (a.target, b.target),
+        (a.memory_scope or None, b.memory_scope or None),
+    )
+    return all(x is None or y is None or x == y for x, y in pairs)
+
+
 def _vd(value: object) -> VirtualDevice | None:
     if isinstance(value, VirtualDevice) and not (
         value.device_type is None and value.target is None and value.memory_scope is None
@@ -225,7 +237,7 @@ class _Reader:
         ctxs = [c for c in self.ctx.get(id(node), []) if c is not None]
         distinct: list[VirtualDevice] = []
         for c in ctxs:
-            if c not in distinct:
+            if not any(_same(c, d) for d in distinct):
                 distinct.append(c)
         if len(distinct) > 1:
             self.bad(
@@ -286,7 +298,7 @@ class _Reader:
         if want is None or isinstance(child, (Op, Constructor, Function, GlobalVar)):
             return
         have = self.dev(child)
-        if have is not None and have != want:
+        if have is not None and not _same(have, want):
             self.bad(
                 f"{_short(child)} on {_name(have)} is used on {_name(want)} by {what} without a copy",
                 child,
