@@ -10,6 +10,7 @@ devices plan like one pin, different devices are refused naming both.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,6 +85,8 @@ def apply_pins(
     for gv, func in functions:
 
         def visit(original: Expr, rebuilt: Expr) -> Expr:
+            if isinstance(rebuilt, Call) and rebuilt.args and id(rebuilt.args[0]) in kinds:
+                rebuilt = _pinned_under_annotation(rebuilt, kinds)
             found = wrap.get(id(original))
             if found is None:
                 return rebuilt
@@ -96,6 +99,27 @@ def apply_pins(
         new = rewrite(func, visit)
         out.append((gv, new if isinstance(new, Function) else func))
     return PinnedFunctions(out, kinds, request)
+
+
+def _pinned_under_annotation(call: Call, kinds: dict[int, str]) -> Call:
+    """`call` with its pinned argument's wrapper also pinning its result when
+    `call` fixes that argument's device (an on_device constraining its body, a
+    device_copy's source): the pin and the annotation then constrain one value,
+    so a pin against the annotation is a conflict naming both (issue 18)
+    instead of a copy between the pinned computation and the annotation."""
+    hard = ast.device_copy_props(call) is not None
+    props = ast.on_device_props(call)
+    if props is not None:
+        hard = props.constrain_body
+    wrapper = call.args[0]
+    inner = ast.on_device_props(wrapper)
+    if not hard or inner is None or not isinstance(inner.virtual_device, VirtualDevice):
+        return call
+    fixed = ast.on_device(
+        inner.body, inner.virtual_device, constrain_body=True, constrain_result=True, span=wrapper.span
+    )
+    kinds[id(fixed)] = kinds[id(wrapper)]
+    return dataclasses.replace(call, args=(fixed, *call.args[1:]))
 
 
 def _add_wrap(wrap: dict[int, tuple[VirtualDevice, int]], target: Expr, pin: Pin) -> None:
