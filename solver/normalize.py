@@ -55,31 +55,58 @@ def _is_normal(expr: Expr) -> bool:
     return props is not None and props.constrain_body and not props.constrain_result
 
 
+def normalise_on_device(node: Expr) -> Expr:
+    """Phase 0 of TVM's PlanDevices at one node (its children done): an
+    `on_device` that is a function body or a let-bound value also constrains
+    its result; `on_device(e).i` becomes `on_device(on_device(e).i)`. Any
+    other node comes back as is."""
+    t = type(node)
+    if t is TupleGetItem:
+        tgi: TupleGetItem = node  # type: ignore[assignment]
+        props = on_device_props(tgi.tuple_value)
+        if props is not None and props.constrain_body and not props.constrain_result:
+            assert isinstance(props.virtual_device, VirtualDevice)
+            return make_on_device(tgi, props.virtual_device, props.constrain_result, props.constrain_body)
+        return node
+    if t is Let:
+        let: Let = node  # type: ignore[assignment]
+        if _is_normal(let.value):
+            props = on_device_props(let.value)
+            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
+            return dataclasses.replace(let, value=maybe_on_device(props.body, props.virtual_device))
+        return node
+    if t is Function:
+        func: Function = node  # type: ignore[assignment]
+        if _is_normal(func.body):
+            props = on_device_props(func.body)
+            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
+            return dataclasses.replace(func, body=maybe_on_device(props.body, props.virtual_device))
+    return node
+
+
+def may_normalise(node: Expr) -> bool:
+    """Whether `normalise_on_device` may change `node`: a projection, let or
+    function directly over an `on_device` call (a cheap test, for marking)."""
+    t = type(node)
+    if t is TupleGetItem:
+        child = node.tuple_value  # type: ignore[attr-defined]
+    elif t is Let:
+        child = node.value  # type: ignore[attr-defined]
+    elif t is Function:
+        child = node.body  # type: ignore[attr-defined]
+    else:
+        return False
+    return type(child) is Call and type(child.op) is Op and child.op.name == "on_device"
+
+
 def rewrite_on_devices(func: Function) -> Function:
-    """Phase 0 of TVM's PlanDevices on one global function."""
-
-    def visit(original: Expr, rebuilt: Expr) -> Expr:
-        if isinstance(rebuilt, TupleGetItem):
-            props = on_device_props(rebuilt.tuple_value)
-            if props is not None and props.constrain_body and not props.constrain_result:
-                assert isinstance(props.virtual_device, VirtualDevice)
-                return make_on_device(
-                    rebuilt, props.virtual_device, props.constrain_result, props.constrain_body
-                )
-            return rebuilt
-        if isinstance(rebuilt, Let) and _is_normal(rebuilt.value):
-            props = on_device_props(rebuilt.value)
-            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
-            return dataclasses.replace(rebuilt, value=maybe_on_device(props.body, props.virtual_device))
-        if isinstance(rebuilt, Function) and _is_normal(rebuilt.body):
-            props = on_device_props(rebuilt.body)
-            assert props is not None and isinstance(props.virtual_device, VirtualDevice)
-            return dataclasses.replace(rebuilt, body=maybe_on_device(props.body, props.virtual_device))
-        return rebuilt
-
-    out = rewrite(func, visit)
+    """Phase 0 of TVM's PlanDevices on one global function (every node)."""
+    out = rewrite(func, lambda original, rebuilt: normalise_on_device(rebuilt))
     assert isinstance(out, Function)
     return out
+
+
+_WRAPPER_OPS = frozenset({"on_device", "device_copy"})
 
 
 def _arguments(node: Expr) -> tuple[Expr, ...]:
@@ -117,6 +144,8 @@ def copy_conflicting_inputs(
         if old is None:
             records[key] = device
             return True
+        if old is device:
+            return True
         joined = old.join(device)
         if joined is None:
             return False
@@ -136,8 +165,10 @@ def copy_conflicting_inputs(
         calls[key] = node
         call_dev = records.setdefault(key, FREE)
         body_dev = call_dev
-        od = on_device_props(node)
-        dc = ast.device_copy_props(node)
+        op = node.op
+        wrapper = type(op) is Op and op.name in _WRAPPER_OPS
+        od = on_device_props(node) if wrapper else None
+        dc = ast.device_copy_props(node) if wrapper else None
         if od is not None and isinstance(od.virtual_device, VirtualDevice):
             if od.constrain_body:
                 body_dev = od.virtual_device

@@ -12,18 +12,19 @@ from typing import Any
 
 from relay.ast import Attrs, Call, Expr, Function, GlobalVar, MetaRef, Module, Op, Var
 from relay.device import VirtualDevice, device_name
-from relay.traverse import children, free_vars, rewrite
+from relay.traverse import children, free_vars
 
 from ..collect import Collector, RequestPin, is_optimizable
 from ..deadline import Deadline
 from ..domains import DomainSystem
 from ..errors import ConflictConstraint, PlanConfigError, PlanningConflict
 from ..explain.text import short_text
-from ..normalize import InputConflictCrash, copy_conflicting_inputs, rewrite_on_devices
+from ..normalize import InputConflictCrash, copy_conflicting_inputs, may_normalise, normalise_on_device
 from ..selectors import planned_roots
 from ..shapes import ShapeInfo, infer_shapes
 from .devices import Devices
 from .pins import apply_pins
+from .spine import rebuild
 
 Functions = list[tuple[GlobalVar, Function]]
 
@@ -44,11 +45,16 @@ def module_functions(module: Module) -> tuple[Functions, bool]:
 
 @dataclass(frozen=True)
 class Features:
-    """What a module contains that makes optional steps necessary."""
+    """What a module contains that makes optional steps necessary, and where:
+    `meta_nodes` holds the ids of the nodes with a `meta[VirtualDevice]`
+    reference, `on_device_parents` those directly over an `on_device` call
+    (what on_device normalisation may change)."""
 
     meta_refs: bool = False
     annotations: bool = False  # on_device or device_copy calls
     free_on_device: bool = False
+    meta_nodes: frozenset[int] = frozenset()
+    on_device_parents: frozenset[int] = frozenset()
 
 
 def _function_has_meta_ref(func: Function) -> bool:
@@ -64,7 +70,9 @@ def scan(functions: Functions) -> Features:
     # takes 19-20 ms (CPU time, best of 7, benchmarks/compare_trees.py trees):
     # the driver would cost about 45% here (issue 9 allows a hand-written walk
     # above 10%).
-    meta_refs = annotations = free_on_device = False
+    annotations = free_on_device = False
+    meta_nodes: set[int] = set()
+    parents: set[int] = set()
     seen: set[int] = set()
     for _, func in functions:
         stack: list[Expr] = [func]
@@ -86,19 +94,21 @@ def scan(functions: Functions) -> Features:
                         and not attrs.get("constrain_result", False)
                     ):
                         free_on_device = True
-                if attrs is not None and any(isinstance(v, MetaRef) for _, v in attrs.fields):
-                    meta_refs = True
+                if attrs is not None and any(type(v) is MetaRef for _, v in attrs.fields):
+                    meta_nodes.add(id(node))
                 stack.append(op)
                 stack.extend(node.args)  # type: ignore[attr-defined]
                 continue
             if t is Var:
-                if isinstance(node.virtual_device, MetaRef):  # type: ignore[attr-defined]
-                    meta_refs = True
+                if type(node.virtual_device) is MetaRef:  # type: ignore[attr-defined]
+                    meta_nodes.add(id(node))
                 continue
             if t is Function and _function_has_meta_ref(node):  # type: ignore[arg-type]
-                meta_refs = True
+                meta_nodes.add(id(node))
+            if may_normalise(node):
+                parents.add(id(node))
             stack.extend(children(node))
-    return Features(meta_refs, annotations, free_on_device)
+    return Features(bool(meta_nodes), annotations, free_on_device, frozenset(meta_nodes), frozenset(parents))
 
 
 def _resolve_meta(value: Any, table: list[Any]) -> Any:
@@ -112,49 +122,40 @@ def _resolve_meta(value: Any, table: list[Any]) -> Any:
     return value
 
 
-def resolve_meta_refs(functions: Functions, table: list[Any]) -> Functions:
-    """Replace `meta[VirtualDevice][i]` placeholders by the table's devices.
-    A function without any comes back as the same object."""
-    out = []
-    for gv, func in functions:
-        new = _resolve_function(func, table)
-        out.append((gv, new))
-    return out
+class _MetaResolver:
+    """Replaces `meta[VirtualDevice][i]` placeholders of one node by the
+    table's devices (a parameter is replaced once, for its uses and its function)."""
 
+    def __init__(self, table: list[Any]) -> None:
+        self.table = table
+        self.vars: dict[int, Var] = {}
 
-def _resolve_function(func: Function, table: list[Any]) -> Function:
-    var_map: dict[int, Var] = {}
-
-    def var(v: Var) -> Var:
-        found = var_map.get(id(v))
+    def var(self, v: Var) -> Var:
+        found = self.vars.get(id(v))
         if found is None:
-            found = var_map[id(v)] = dataclasses.replace(
-                v, virtual_device=_resolve_meta(v.virtual_device, table)
-            )
+            vd = _resolve_meta(v.virtual_device, self.table)
+            found = self.vars[id(v)] = dataclasses.replace(v, virtual_device=vd)
         return found
 
-    def visit(original: Expr, rebuilt: Expr) -> Expr:
-        t = type(rebuilt)
+    def __call__(self, node: Expr) -> Expr:
+        t = type(node)
         if t is Call:
-            call: Call = rebuilt  # type: ignore[assignment]
+            call: Call = node  # type: ignore[assignment]
             attrs = call.attrs
             if attrs is not None and any(type(v) is MetaRef for _, v in attrs.fields):
-                fields = tuple((k, _resolve_meta(v, table)) for k, v in attrs.fields)
+                fields = tuple((k, _resolve_meta(v, self.table)) for k, v in attrs.fields)
                 return dataclasses.replace(call, attrs=Attrs(fields, attrs.type_key))
-            return rebuilt
+            return node
         if t is Var:
-            return var(rebuilt) if type(rebuilt.virtual_device) is MetaRef else rebuilt  # type: ignore[attr-defined, arg-type]
+            var: Var = node  # type: ignore[assignment]
+            return self.var(var) if type(var.virtual_device) is MetaRef else var
         if t is Function:
-            fn: Function = rebuilt  # type: ignore[assignment]
-            params = tuple(var(p) if type(p.virtual_device) is MetaRef else p for p in fn.params)
-            vd = _resolve_meta(fn.virtual_device, table)
+            fn: Function = node  # type: ignore[assignment]
+            params = tuple(self.var(p) if type(p.virtual_device) is MetaRef else p for p in fn.params)
+            vd = _resolve_meta(fn.virtual_device, self.table)
             if vd is not fn.virtual_device or any(a is not b for a, b in zip(params, fn.params)):
                 return dataclasses.replace(fn, params=params, virtual_device=vd)
-        return rebuilt
-
-    new = rewrite(func, visit)
-    assert isinstance(new, Function)
-    return new
+        return node
 
 
 def crash_conflict(err: InputConflictCrash) -> PlanningConflict:
@@ -184,25 +185,40 @@ def crash_conflict(err: InputConflictCrash) -> PlanningConflict:
 def normalise(
     functions: Functions,
     feats: Features,
+    table: list[Any],
     canonical: Callable[[VirtualDevice], VirtualDevice],
     deadline: Deadline | None = None,
     copy_inputs: bool = True,
 ) -> Functions:
-    """Step 2 (section 3): on_device normalisation, then (with `copy_inputs`;
-    the optimize mode has no such conflicts) the conflicting-inputs copies.
-    Without annotations both are the identity and are skipped."""
-    if not feats.annotations:
-        return functions
-    functions = [(gv, rewrite_on_devices(f) if is_optimizable(f) else f) for gv, f in functions]
-    if not copy_inputs:
-        return functions
+    """Step 2 (section 3): `meta[VirtualDevice]` references resolved against
+    `table`, on_device normalisation, then (with `copy_inputs`; the optimize
+    mode has no such conflicts) the conflicting-inputs copies. One spine
+    rebuild does the first two (only the nodes `scan` found and the nodes above
+    them are rebuilt); a function they leave alone is the same object, and
+    without annotations the copies step is skipped."""
+    resolver = _MetaResolver(table)
+    marked = feats.meta_nodes | feats.on_device_parents if feats.annotations else feats.meta_nodes
+    out: Functions = []
+    for gv, func in functions:
+        normalising = feats.annotations and is_optimizable(func)
+
+        def fix(original: Expr, rebuilt: Expr, normalising: bool = normalising) -> Expr:
+            if id(original) in feats.meta_nodes:
+                rebuilt = resolver(rebuilt)
+            return normalise_on_device(rebuilt) if normalising else rebuilt
+
+        new = rebuild(func, marked, fix)
+        assert isinstance(new, Function)
+        out.append((gv, new))
+    if not feats.annotations or not copy_inputs:
+        return out
     try:
-        optimizable = [(gv, f) for gv, f in functions if is_optimizable(f)]
+        optimizable = [(gv, f) for gv, f in out if is_optimizable(f)]
         rewritten, _ = copy_conflicting_inputs(optimizable, canonical, deadline)
     except InputConflictCrash as err:
         raise crash_conflict(err) from None
     replaced = {gv.name: f for gv, f in rewritten}
-    return [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in functions]
+    return [(gv, replaced.get(gv.name, f) if is_optimizable(f) else f) for gv, f in out]
 
 
 @dataclass(frozen=True)
@@ -241,10 +257,8 @@ def front(module: Module, devices: Devices, deadline: Deadline, copy_inputs: boo
     """Steps 2-3: meta references, normalisation, request pins, shapes."""
     functions, from_expr = module_functions(module)
     feats = scan(functions)
-    if feats.meta_refs:
-        functions = resolve_meta_refs(functions, devices.ref_table)
     ds = DomainSystem(devices.targets())
-    functions = normalise(functions, feats, ds.canonical, deadline, copy_inputs)
+    functions = normalise(functions, feats, devices.ref_table, ds.canonical, deadline, copy_inputs)
     pinned = apply_pins(module, functions, devices.pins, planned_roots(functions, from_expr))
     functions = pinned.functions
     shapes = infer_shapes(module, [f for _, f in functions], deadline)  # step 3
