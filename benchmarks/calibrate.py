@@ -5,6 +5,7 @@ redone from the recorded numbers (docs/calibration.md has the method):
 
     python benchmarks/calibrate.py measure [--models mlp resnet18 ...]   # needs TVM; minutes
     python benchmarks/calibrate.py fit                                    # reads the record
+    python benchmarks/calibrate.py fit-tables T.json ... --models M ... --device cuda   # a GPU
 
 `measure` builds each model all-cpu with the bridge (TVM 0.27 default llvm
 schedules, as `devplan compile` does), times the whole model on the Relax VM,
@@ -264,33 +265,95 @@ def _log_error(pred: float, meas: float) -> float:
     return math.log(max(pred, 1.0) / max(meas, 1.0))
 
 
+Samples = dict[str, list[tuple[Any, float, float]]]
+"""op class -> [(KernelWork, measured ns, calls)]."""
+
+
 def fit_llvm(record: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
     """The llvm launch cost and per-class rates that best predict the recorded
-    kernels: per class, the (compute, memory) pair on the grid minimising the
-    squared log error (each call counted once) of the kernels' predictions (ties to the
-    faster pair)."""
+    kernels (`fit_classes`); the launch is one VM call of a trivial kernel."""
     launch_us = round(float(record["empty_call_ns"]) / 1000.0, 1)
-    samples: dict[str, list[tuple[Any, float, float]]] = {}
+    samples: Samples = {}
     for name, model in record["models"].items():
         works = dict(model_kernels(load_model(name)))
         for k in model["kernels"]:
             work = works.get(k["key"])
             if work is None:
                 continue
-            ns = float(k["ns"])
-            samples.setdefault(work.parts[0].op_class, []).append((work, ns, float(k["calls"])))
+            samples.setdefault(work.parts[0].op_class, []).append((work, float(k["ns"]), float(k["calls"])))
+    return launch_us, fit_classes(samples, LLVM_BASE, launch_us, saturation=False)
+
+
+def fit_classes(
+    samples: Samples, base: Mapping[str, float], launch_us: float, saturation: bool
+) -> dict[str, Any]:
+    """Per class, the (compute, memory) pair on the grid minimising the
+    squared log error of the kernels' predictions (each call counted once, so
+    small kernels weigh as much as big ones; ties to the faster pair). With
+    `saturation`, then the saturation (0 or a power of 2 up to 4M outputs)
+    and compute rate that fit best with that memory rate."""
+
+    def error(cls: str, rate: Any) -> float:
+        profile = _profile(base, launch_us, {cls: rate})
+        return sum(w * _log_error(_cm.work_ns(work, profile), ns) ** 2 for work, ns, w in samples[cls])
+
     rates: dict[str, Any] = {}
-    for cls, items in sorted(samples.items()):
-        best: tuple[float, float, float] | None = None
+    for cls in sorted(samples):
+        best: tuple[float, Any] | None = None
         for compute in reversed(GRID):
             for memory in reversed(GRID):
-                profile = _profile(LLVM_BASE, launch_us, {cls: _cm.ClassRate(compute, memory)})
-                err = sum(w * _log_error(_cm.work_ns(work, profile), ns) ** 2 for work, ns, w in items)
+                rate = _cm.ClassRate(compute, memory)
+                err = error(cls, rate)
                 if best is None or err < best[0] * (1 - 1e-9):
-                    best = (err, compute, memory)
+                    best = (err, rate)
         assert best is not None
-        rates[cls] = _cm.ClassRate(_round(best[1]), _round(best[2]))
-    return launch_us, rates
+        if saturation:
+            memory = best[1].memory
+            for sat in [2**k for k in range(10, 23)]:
+                for compute in reversed(GRID):
+                    rate = _cm.ClassRate(compute, memory, sat)
+                    err = error(cls, rate)
+                    if err < best[0] * (1 - 1e-9):
+                        best = (err, rate)
+        rate = best[1]
+        rates[cls] = _cm.ClassRate(_round(rate.compute), _round(rate.memory), rate.saturation)
+    return rates
+
+
+def fit_tables(
+    tables: Sequence[Mapping[str, Any]], models: Sequence[str], device: str, launch_us: float | None
+) -> tuple[float, dict[str, Any]]:
+    """Class rates for `device` from `devplan profile` cost tables of `models`
+    (per kernel, as for llvm, with saturation): the way to calibrate a GPU,
+    whose kernels the record cannot time without one. The bases are the
+    built-in profile's of the device's kind. `devplan profile` times a kernel
+    with the VM's creation and its inputs' copies (`tvm_bridge.timed_run`), so
+    the launch defaults to the smallest entry: an upper bound."""
+    measured: dict[str, float] = {}
+    for table in tables:
+        for entry in table.get("entries", []):
+            if entry.get("device") == device:
+                key = str(entry["key"])
+                measured[key] = min(float(entry["ns"]), measured.get(key, math.inf))
+    if not measured:
+        raise SystemExit(f"no entries for device {device!r} in the tables")
+    if launch_us is None:
+        launch_us = round(min(measured.values()) / 1000.0, 1)
+    kind = "cuda" if device.startswith("cuda") else "llvm"
+    base = {
+        "peak_gflops": _cm.BUILTIN_PROFILES[kind].peak_gflops,
+        "mem_gbps": _cm.BUILTIN_PROFILES[kind].mem_gbps,
+    }
+    samples: Samples = {}
+    for name in models:
+        counts: dict[str, tuple[Any, int]] = {}
+        for key, work in model_kernels(load_model(name)):
+            _, n = counts.get(key, (work, 0))
+            counts[key] = (work, n + 1)
+        for key, (work, n) in counts.items():
+            if key in measured:
+                samples.setdefault(work.parts[0].op_class, []).append((work, measured[key], float(n)))
+    return launch_us, fit_classes(samples, base, launch_us, saturation=True)
 
 
 def _round(x: float) -> float:
@@ -532,6 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--output", type=Path, default=RECORD)
     f = sub.add_parser("fit", help="fit the profiles to the record and print the tables")
     f.add_argument("--record", type=Path, default=RECORD)
+    t = sub.add_parser("fit-tables", help="fit one device's class rates to `devplan profile` tables")
+    t.add_argument("tables", nargs="+", type=Path, help="cost tables (`devplan profile --output`)")
+    t.add_argument("--models", nargs="+", required=True, help="the corpus models the tables profiled")
+    t.add_argument("--device", default="cuda", help="the device name in the tables (cpu, cuda, cuda:1)")
+    t.add_argument("--launch-us", type=float, default=None, help="default: the smallest entry")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "measure":
@@ -540,6 +608,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = merge_best(json.loads(args.output.read_text()), record)
         args.output.write_text(json.dumps(record, indent=1) + "\n")
         log.info("wrote %s", args.output)
+        return 0
+    if args.command == "fit-tables":
+        docs = [json.loads(p.read_text()) for p in args.tables]
+        launch, rates = fit_tables(docs, args.models, args.device, args.launch_us)
+        print(f"{args.device}: launch_us={launch}")
+        print(
+            _table(
+                [(c, r.compute, r.memory, r.saturation) for c, r in sorted(rates.items())],
+                ("class", "compute", "memory", "saturation"),
+            )
+        )
         return 0
     return fit_and_report(json.loads(args.record.read_text()))
 
