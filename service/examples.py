@@ -124,7 +124,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
         "value": {
             "module": BIG_HEAD,
             "default_device": "cuda",
-            "device_profiles": {"cuda": {"memory_bytes": 8 * 1024 * 1024}},
+            "device_profiles": {"cuda": {"memory_bytes": "8MiB"}},  # a size as --memory-budget takes it
             "mode": "optimize",
         },
     },

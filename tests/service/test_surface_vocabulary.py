@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,113 @@ def test_byte_size_is_positive_and_strict() -> None:
     for bad in ("0", 0, "8XB", True, 1.5):
         with pytest.raises(ValidationError):
             adapter.validate_python(bad, strict=True)
+
+
+# --------------------------------------------------------------------------
+# The HTTP surface (an in-process app; thread pool: optimize plans run their own solver processes)
+
+IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@pytest.fixture(scope="module")
+def http() -> Any:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    with TestClient(create_app(Settings(pool_kind="thread", pool_size=1, max_timeout_ms=20_000))) as client:
+        yield client
+
+
+def _example(name: str) -> dict[str, Any]:
+    from service.examples import PLAN_EXAMPLES
+
+    value: dict[str, Any] = json.loads(json.dumps(PLAN_EXAMPLES[name]["value"]))
+    return value
+
+
+def test_memory_budget_over_http_takes_the_sizes_the_cli_takes(http: Any) -> None:
+    sized = _example("optimize_budget")
+    assert sized["device_profiles"]["cuda"]["memory_bytes"] == "8MiB"
+    counted = json.loads(json.dumps(sized))
+    counted["device_profiles"]["cuda"]["memory_bytes"] = 8 * 2**20
+    a, b = http.post("/plan", json=sized), http.post("/plan", json=counted)
+    assert a.status_code == b.status_code == 200, a.text
+    assert a.json()["module"] == b.json()["module"]
+    assert a.json()["cost"]["per_device"] == b.json()["cost"]["per_device"]
+    bad = json.loads(json.dumps(sized))
+    bad["device_profiles"]["cuda"]["memory_bytes"] = "8 parsecs"
+    r = http.post("/plan", json=bad)
+    assert r.status_code == 422 and "is not a size" in r.text
+
+
+def test_summary_says_what_compile_would_build(http: Any) -> None:
+    from service.compile_targets import DEFAULT_CUDA_ARCH
+
+    body = http.post("/plan", json=_example("cpu_annotation")).json()
+    cuda = next(d for d in body["virtual_devices"] if d["device_type"] == "cuda")
+    assert "-arch=sm_50" in cuda["target"]  # the planned module keeps TVM's target text
+    targets = body["summary"]["compile_targets"]
+    assert set(targets) == set(body["summary"]["expressions_by_device"]) == {"cpu", "cuda"}
+    assert targets["cpu"].split()[0] == "llvm"
+    assert f"-arch={DEFAULT_CUDA_ARCH}" in targets["cuda"] and "-keys" not in targets["cuda"]
+
+
+def test_counts_are_named_for_what_they_count(http: Any) -> None:
+    body = http.post("/plan", json=_example("optimize_head_on_cpu")).json()
+    per_device = body["cost"]["per_device"]
+    assert all(set(d) == {"operator_calls", "predicted_ms", "weight_bytes"} for d in per_device.values())
+    calls = sum(d["operator_calls"] for d in per_device.values())
+    expressions = sum(body["summary"]["expressions_by_device"].values())
+    assert 0 < calls < expressions  # every call is an expression, not every expression a call
+
+
+def test_timing_keys_are_identifiers_and_unchecked_fields_are_absent(http: Any) -> None:
+    optimize = http.post("/plan", json=_example("optimize_head_on_cpu")).json()
+    tvm = http.post("/plan", json=_example("plain")).json()
+    checked = http.post("/plan", json={**_example("plain"), "z3_check": True}).json()
+    for body in (optimize, tvm, checked):
+        assert all(IDENTIFIER.match(key) for key in body["solver"]["time_ms"]), body["solver"]["time_ms"]
+    assert "tvm_mode" in optimize["solver"]["time_ms"]
+    assert not optimize["solver"]["z3_checked"] and "variables" not in optimize["solver"]
+    assert not tvm["solver"]["z3_checked"] and "variables" not in tvm["solver"]
+    assert checked["solver"]["z3_checked"] and checked["solver"]["variables"] > 0
+    # A field the schema documents as null with a reason keeps it.
+    budget = http.post("/plan", json=_example("optimize_budget")).json()
+    assert budget["cost"]["tvm_mode_predicted_ms"] is None and budget["cost"]["tvm_mode_reason"]
+
+
+def test_a_timeout_above_the_servers_limit_is_a_422_that_states_it(http: Any) -> None:
+    ok = http.post("/plan", json={**_example("plain"), "timeout_ms": 20_000})
+    assert ok.status_code == 200
+    r = http.post("/plan", json={**_example("plain"), "timeout_ms": 20_001})
+    assert r.status_code == 422
+    body = r.json()
+    assert body["type"].endswith("/validation-error")
+    assert "20000" in body["detail"] and body["errors"][0]["loc"] == ["body", "timeout_ms"]
+    # The schema's bound is the default server's.
+    schema = _schema()["components"]["schemas"]["PlanRequest"]["properties"]["timeout_ms"]
+    assert schema["maximum"] == Settings.model_fields["max_timeout_ms"].default
+
+
+MISSING_TABLE = '#[version = "0.0.5"]\ndef @main(%x: float32) {\n  on_device(%x, virtual_device=meta[VirtualDevice][3])\n}\n'
+
+
+def test_messages_name_request_fields_over_http_and_flags_on_the_command_line(
+    http: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from service.cli import main
+
+    r = http.post("/plan", json={"module": MISSING_TABLE})
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert "`virtual_devices`" in detail and "--" not in detail
+    path = tmp_path / "m.relay"
+    path.write_text(MISSING_TABLE)
+    assert main(["plan", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "`--virtual-devices`" in err and "`virtual_devices`" not in err
