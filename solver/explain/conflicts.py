@@ -223,7 +223,8 @@ def _describe(kind: str, expr: Expr | None, detail: str, devices: list[str]) -> 
     if kind == "host operator":
         return f"{detail} keeps shape values on the host{on}"
     if kind.startswith("constraint #"):
-        return f"request {kind} pins {detail} {text}{on}"
+        what = " ".join(w for w in (detail, text) if w and w != detail + "(...)")
+        return f"request {kind} pins {what}{on}"
     if kind == "parameter":
         return f"parameter %{detail} is the function's argument"
     if kind == "let":

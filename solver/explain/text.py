@@ -6,10 +6,28 @@ from relay import ast
 from relay.ast import Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, RefRead, Var
 
 
+def as_written(expr: Expr) -> Expr:
+    """The expression the user wrote under the planner's own wrappers (issue
+    18): the copies of the conflicting-inputs step and the on_device of a
+    request pin carry the span object of what they wrap, which no written
+    call does."""
+    while (
+        isinstance(expr, Call)
+        and len(expr.args) == 1
+        and isinstance(expr.op, Op)
+        and expr.op.name in ("device_copy", "on_device")
+        and expr.span is not None
+        and expr.span is expr.args[0].span
+    ):
+        expr = expr.args[0]
+    return expr
+
+
 def short_text(expr: Expr | None, limit: int = 60) -> str:
-    """A one-line rendering of an expression, for messages."""
+    """A one-line rendering of an expression as written, for messages."""
     if expr is None:
         return ""
+    expr = as_written(expr)
     match expr:
         case Var(name=name):
             text = f"%{name}"

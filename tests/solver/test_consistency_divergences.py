@@ -123,3 +123,38 @@ def test_issue_example_reports_the_copy_tvm_drops() -> None:
         == _spots(result.divergences)
         == [{"line": 4, "column": 8, "src": "cpu", "dst": "cuda"}]
     )
+
+
+TWO_RESULT_PINS = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float32]) {
+  %0 = negative(%x);
+  %1 = on_device(%0, virtual_device=meta[VirtualDevice][0], constrain_result=True);
+  %2 = on_device(%0, virtual_device=meta[VirtualDevice][1], constrain_result=True);
+  add(%1, %2)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["tvm", "optimize"])
+def test_conflicts_name_what_the_user_wrote(mode: Mode) -> None:
+    """Two constrain_result annotations of one value on cpu and cuda: the
+    conflict names negative(%x) both times, never the copy the TVM mode's
+    conflicting-inputs step inserted (issue 18)."""
+    module = relay.parse_text(TWO_RESULT_PINS)
+    with pytest.raises(solver.PlanningConflict) as info:
+        solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda"), mode=mode))
+    err = info.value
+    assert "device_copy" not in err.message
+    assert err.message.count("negative(%x)") == 2
+    assert all("device_copy" not in c.description for c in err.constraints)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
+def test_a_pin_is_described_by_the_expression_it_pins() -> None:
+    path = CORPUS / "mlp.annotated.relay"
+    module = relay.parse_text(path.read_text(), name=str(path))
+    pin = {"select": {"op": "nn.dense", "index": 0}, "device": "cuda"}
+    with pytest.raises(solver.PlanningConflict) as info:
+        solver.plan(module, solver.PlanConfig(constraints=(pin,)))
+    described = [c.description for c in info.value.constraints if c.kind == "constraint #0"]
+    assert described == ["request constraint #0 pins nn.dense(..., %fc1_weight) on cuda"]
