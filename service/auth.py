@@ -23,7 +23,7 @@ SCHEME_NAME = "bearerAuth"
 PUBLIC_PATHS = frozenset(
     {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/explore", "/explore/"}
 )
-COMPILE_PREFIXES = ("/compile", "/artifacts")
+COMPILE_PREFIXES = ("/compile", "/artifacts", "/jobs")
 
 
 def _split_keys(value: str) -> tuple[bytes, ...]:

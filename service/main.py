@@ -17,6 +17,8 @@ from service.api.routes import compile as compile_routes
 from service.api.routes import docs, explore, health, meta, plan
 from service.auth import AccessPolicy, add_security_scheme
 from service.config import Settings, get_settings
+from service.jobs.queue import JobQueue
+from service.jobs.stats import FarmCollector
 from service.metrics import Metrics
 from service.middleware import Admission, ServiceMiddleware
 from service.pool import PlanPool
@@ -71,6 +73,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.pool = pool
+    if settings.queue_url:
+        # Queue mode: one queue client per app, whose collector reads the farm's state from Redis.
+        app.state.job_queue = JobQueue(settings)
+        metrics.registry.register(FarmCollector(app.state.job_queue))
 
     app.include_router(plan.router)
     app.include_router(explore.router)  # POST /plan/picture

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from service.api.deps import PoolDep
+from service.jobs.http import farm_dependency_down
 from service.models import HealthResponse, ReadyResponse, ReadyWorkers
 from service.problems import NOT_READY, ProblemError, problem_responses
 
@@ -60,7 +61,7 @@ async def healthz() -> HealthResponse:
     response_model=ReadyResponse,
     responses=problem_responses(NOT_READY),
 )
-async def readyz(pool: PoolDep) -> ReadyResponse:
+async def readyz(request: Request, pool: PoolDep) -> ReadyResponse:
     pool.check_idle()
     status = pool.status()
     workers = ReadyWorkers(
@@ -74,6 +75,10 @@ async def readyz(pool: PoolDep) -> ReadyResponse:
             configured=status.configured,
             effective=status.effective,
         )
+    down = await farm_dependency_down(request)
+    if down is not None:
+        dependency, why = down
+        raise ProblemError(NOT_READY, f"{dependency} does not answer: {why}", dependency=dependency)
     start = time.perf_counter()
     try:
         await asyncio.to_thread(z3_probe)
