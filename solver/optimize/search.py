@@ -21,6 +21,9 @@ The lower bound comes from `search_milp` (or the exact two-device paths).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import heapq
 import itertools
 import logging
 import math
@@ -54,8 +57,10 @@ def feasible(problem: Problem, assign: Sequence[int]) -> bool:
 
 def topological_order(problem: Problem) -> list[int]:
     """The classes in an order where producers come before consumers (Kahn's
-    algorithm, iterative). Hard unions can close a cycle over classes; then the
-    smallest remaining class goes next, so every class appears once."""
+    algorithm, iterative), taking the smallest ready class first, so the order
+    stays close to the program's (classes are numbered as collected). Hard
+    unions can close a cycle over classes; then the smallest remaining class
+    goes next, so every class appears once."""
     n = len(problem.allowed)
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
@@ -63,7 +68,7 @@ def topological_order(problem: Problem) -> list[int]:
         succ[v].append(u)
         indeg[u] += 1
     ready = [c for c in range(n) if indeg[c] == 0]
-    ready.reverse()
+    heapq.heapify(ready)
     done = [False] * n
     order: list[int] = []
     next_stuck = 0
@@ -71,9 +76,8 @@ def topological_order(problem: Problem) -> list[int]:
         if not ready:
             while done[next_stuck]:
                 next_stuck += 1
-            ready.append(next_stuck)
-            indeg[next_stuck] = 0
-        c = ready.pop()
+            heapq.heappush(ready, next_stuck)
+        c = heapq.heappop(ready)
         if done[c]:
             continue
         done[c] = True
@@ -81,7 +85,7 @@ def topological_order(problem: Problem) -> list[int]:
         for s in succ[c]:
             indeg[s] -= 1
             if indeg[s] == 0 and not done[s]:
-                ready.append(s)
+                heapq.heappush(ready, s)
     return order
 
 
@@ -125,10 +129,17 @@ def _prefix2(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def segment_plan(problem: Problem, weights: Weights, deadline: Deadline | None = None) -> list[int] | None:
+def segment_plan(
+    problem: Problem,
+    weights: Weights,
+    deadline: Deadline | None = None,
+    devices: Sequence[int] | None = None,
+    limit: int = 200_000,
+) -> list[int] | None:
     """The best split of a topological order of the free classes into
-    contiguous segments, one per device in the table's order (some may be
-    empty), within support and budgets; None when no split fits.
+    contiguous segments, one per device in the table's order (or in the order
+    `devices` gives; some may be empty), within support and budgets; None when
+    no split fits. `limit` caps the splits priced at once.
 
     The order is cut into cells (each free class its own cell when the splits
     are few enough to list, else equal runs); every split on cell edges is
@@ -138,12 +149,13 @@ def segment_plan(problem: Problem, weights: Weights, deadline: Deadline | None =
     improves the exact objective (coordinate descent). Exhaustive when every
     class is a cell; otherwise the best split found."""
     k = len(problem.devices)
+    perm = list(range(k)) if devices is None else list(devices)
     order = topological_order(problem)
     free = [c for c in order if len(problem.allowed[c]) > 1]
     n = len(free)
     if n == 0 or k < 2:
         return None
-    cells = _cells_for(k, n)
+    cells = _cells_for(k, n, limit)
     edges_at = [round(i * n / cells) for i in range(cells + 1)]
     cell: dict[int, int] = {}
     for i in range(cells):
@@ -211,29 +223,31 @@ def segment_plan(problem: Problem, weights: Weights, deadline: Deadline | None =
         return out
 
     cost = np.zeros(m)
+    # Segment a holds device perm[a].
     for a in range(k):
-        cost += pre_u[bnd[:, a + 1], a] - pre_u[bnd[:, a], a]
+        cost += pre_u[bnd[:, a + 1], perm[a]] - pre_u[bnd[:, a], perm[a]]
         for t in range(k):
             if a != t:
-                sub = pre_p[:, :, a, t]
+                sub = pre_p[:, :, perm[a], perm[t]]
                 cost += rect(sub, bnd[:, a], bnd[:, a + 1], bnd[:, t], bnd[:, t + 1])
     ok = cost < big
     for d, budget in problem.budgets.items():
-        s0, s1 = bnd[:, d], bnd[:, d + 1]
+        seg = perm.index(d)
+        s0, s1 = bnd[:, seg], bnd[:, seg + 1]
         need = pre_w[s1] - pre_w[s0] + fixed_w[d] + const_bytes[d] + problem.fixed_copy_bytes.get(d, 0)
         need += np.maximum(rmax[s0, s1], fixed_l[d])
         zero = np.zeros(m, dtype=np.int64)
         full = np.full(m, cells, dtype=np.int64)
         need += rect(pre_b, zero, full, s0, s1) - rect(pre_b, s0, s1, s0, s1)
         for a in range(k):
-            need += pre_e[bnd[:, a + 1], a, d] - pre_e[bnd[:, a], a, d]
+            need += pre_e[bnd[:, a + 1], perm[a], d] - pre_e[bnd[:, a], perm[a], d]
         ok &= need <= budget
     picks = np.nonzero(ok)[0]
     picks = picks[np.argsort(cost[picks], kind="stable")[:8]]
     best: tuple[int, tuple[int, ...]] | None = None
     for pick in picks:
         bounds = tuple(edges_at[int(x)] for x in combos[pick])
-        value = _segment_price(problem, weights, free, bounds)
+        value = _segment_price(problem, weights, free, bounds, perm)
         if value is not None and (best is None or value < best[0]):
             best = (value, bounds)
     if best is None:
@@ -251,19 +265,19 @@ def segment_plan(problem: Problem, weights: Weights, deadline: Deadline | None =
                     hi_b = trial[j + 1] if j + 1 < k - 1 else n
                     if not lo_b <= trial[j] <= hi_b:
                         break
-                    got = _segment_price(problem, weights, free, trial)
+                    got = _segment_price(problem, weights, free, trial, perm)
                     if got is None or got >= value:
                         break
                     value, bounds = got, tuple(trial)
                     improved = True
-    return _segments_assign(problem, free, bounds, list(range(k)))
+    return _segments_assign(problem, free, bounds, perm)
 
 
 def _segment_price(
-    problem: Problem, weights: Weights, free: Sequence[int], bounds: Sequence[int]
+    problem: Problem, weights: Weights, free: Sequence[int], bounds: Sequence[int], perm: Sequence[int]
 ) -> int | None:
     """The exact objective of a segment split, None when it breaks support or budgets."""
-    assign = _segments_assign(problem, free, bounds, list(range(len(problem.devices))))
+    assign = _segments_assign(problem, free, bounds, perm)
     if not feasible(problem, assign):
         return None
     return evaluate(problem, weights, assign)[0]
@@ -400,3 +414,85 @@ def expand(
 def used_bytes(problem: Problem, assign: Sequence[int]) -> dict[int, int]:
     """Bytes each budgeted device holds under a plan (for logs and tests)."""
     return _bytes_on(problem, assign)
+
+
+def fingerprint(problem: Problem) -> str:
+    """A short digest of everything that decides a problem's optimum (allowed
+    devices, kernel and copy costs, bytes, budgets): the benchmark records its
+    optima with it, so a test compares against a recorded optimum only while
+    the profiles still give the same problem."""
+    k = len(problem.devices)
+    copy = [[None if s == t else (problem.links[s][t]) for t in range(k)] for s in range(k)]
+    text = repr(
+        (
+            problem.allowed,
+            [sorted(u.items()) for u in problem.unary],
+            problem.edges,
+            problem.weight_bytes,
+            problem.largest,
+            sorted(problem.budgets.items()),
+            copy,
+            problem.fixed_ns,
+            sorted(problem.fixed_copy_bytes.items()),
+        )
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
+    """The problem with runs of `size` consecutive free classes of the
+    topological order merged into one class each (single-choice classes stay
+    alone): kernels, weights and support add up, the largest intermediate is
+    the run's largest, edges inside a run vanish and the others are kept one
+    by one (so copies are priced exactly). Every plan of the coarse problem is
+    a plan of the original with the same objective up to the preferred-device
+    tie-break, so its optimum is an upper bound and a good start: it keeps the
+    shape of plans that segments cannot express (a device used in several
+    places). Returns the coarse problem and each original class's coarse class."""
+    order = topological_order(problem)
+    group = [0] * len(problem.allowed)
+    count = 0
+    run = 0
+    for c in order:
+        if len(problem.allowed[c]) == 1:
+            group[c] = count
+            count += 1
+            run = 0
+            continue
+        if run == 0:
+            count += 1
+        group[c] = count - 1
+        run = (run + 1) % size
+    n = count
+    allowed: list[set[int]] = [set(range(len(problem.devices))) for _ in range(n)]
+    unary: list[dict[int, int]] = [dict.fromkeys(range(len(problem.devices)), 0) for _ in range(n)]
+    ops = [0] * n
+    weight_bytes = [0] * n
+    largest = [0] * n
+    prefs: list[list[int]] = [[] for _ in range(n)]
+    for c, g in enumerate(group):
+        allowed[g] &= set(problem.allowed[c])
+        for d, ns in problem.unary[c].items():
+            unary[g][d] = unary[g].get(d, 0) + ns
+        ops[g] += problem.ops[c]
+        weight_bytes[g] += problem.weight_bytes[c]
+        largest[g] = max(largest[g], problem.largest[c])
+        prefs[g].append(problem.pref[c])
+    allowed_lists = [sorted(a) for a in allowed]
+    pref = []
+    for g, ok in enumerate(allowed_lists):
+        counts = {d: prefs[g].count(d) for d in ok}
+        pref.append(max(ok, key=lambda d: (counts.get(d, 0), -d)) if ok else 0)
+    edges = [(group[u], group[v], b, uses) for u, v, b, uses in problem.edges if group[u] != group[v]]
+    coarse = dataclasses.replace(
+        problem,
+        classes=list(range(n)),
+        allowed=allowed_lists,
+        unary=unary,
+        ops=ops,
+        pref=pref,
+        edges=edges,
+        weight_bytes=weight_bytes,
+        largest=largest,
+    )
+    return coarse, group

@@ -283,7 +283,7 @@ def _run_here(
     limit_s: float,
     start: Sequence[int] | None,
     stage2_ns: float | None,
-    report: Callable[[float], None] | None = None,
+    report: Callable[[str, Any], None] | None = None,
 ) -> _Run:
     """Run HiGHS in this process (the child's side of `_run`)."""
     h = model.highs(limit_s, objective)
@@ -298,9 +298,14 @@ def _run_here(
         sink = report
 
         def progress(event: Any) -> None:
-            sink(float(event.data_out.mip_dual_bound))
+            sink("bound", float(event.data_out.mip_dual_bound))
+
+        def improved(event: Any) -> None:
+            values = event.data_out.mip_solution
+            sink("plan", [max(cols, key=lambda d: values[cols[d]]) for cols in model.x])
 
         h.cbMipInterrupt += progress
+        h.cbMipImprovingSolution += improved
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
@@ -324,8 +329,8 @@ def _run(
     """Run HiGHS within `limit_s`, in a forked child process that is killed
     when it overruns: HiGHS's own time limit is not checked in every phase
     (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after its root
-    LP, calling no callback). The child streams its dual bound as it goes, so
-    a killed run still gives the last bound it reported."""
+    LP, calling no callback). The child streams its dual bound and each
+    improving plan as it goes, so a killed run still gives the last of each."""
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: in process, HiGHS's limit only
@@ -335,11 +340,12 @@ def _run(
     def child() -> None:
         last = [0.0]
 
-        def report(dual: float) -> None:
+        def report(kind: str, value: Any) -> None:
             now = time.monotonic()
-            if now - last[0] > 0.05:
-                last[0] = now
-                send.send(("bound", dual))
+            if kind == "plan" or now - last[0] > 0.05:
+                if kind == "bound":
+                    last[0] = now
+                send.send((kind, value))
 
         try:
             send.send(("done", _run_here(model, objective, limit_s, start, stage2_ns, report)))
@@ -352,6 +358,7 @@ def _run(
     send.close()
     stop = time.monotonic() + limit_s + 0.25
     dual = -math.inf
+    plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
     try:
         while result is None:
@@ -364,6 +371,8 @@ def _run(
                 break
             if kind == "bound":
                 dual = max(dual, value)
+            elif kind == "plan":
+                plan = value
             else:
                 result = value
     finally:
@@ -373,7 +382,7 @@ def _run(
         receive.close()
     if result is None:
         log.info("HiGHS overran its %.2f s limit; stopped (last bound %s)", limit_s, dual)
-        return _Run("stopped at the time limit", False, False, dual, None)
+        return _Run("stopped at the time limit", False, False, dual, plan)
     return result
 
 

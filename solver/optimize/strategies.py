@@ -15,7 +15,7 @@ from ..deadline import Deadline
 from ..errors import SolverTimeout
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
-from .search import Candidate, expand, obvious_plans
+from .search import Candidate, coarsen, expand, obvious_plans
 from .search_milp import milp_solve
 from .z3_encoding import encode, read_assignment
 
@@ -147,6 +147,51 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
 MILP_SHARE = 0.5
 
 
+# Coarse levels: runs of this many classes of a topological order merged
+# (`search.coarsen`), each solved by HiGHS with this share of the time left.
+COARSE_LEVELS = (32,)
+COARSE_SHARE = 0.25
+
+
+def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline: Deadline) -> list[int]:
+    """Improve a plan within budgets by HiGHS on coarsened problems (runs of
+    classes share a device), coarsest first, each warm-started by the best
+    plan so far and followed by alpha-expansion on the full problem. Budgets
+    make plans whose devices recur along the order (densenet121 with two 9 MB
+    GPUs: cuda:1, cuda, a few classes on the cpu, cuda, cuda:1), which the
+    segment plans cannot express and the full MILP does not reach in time;
+    the coarse problems are small enough to. Only plans that fit and are
+    better are kept."""
+    best = list(assign)
+    best_value = evaluate(problem, weights, best)[0]
+    free = sum(1 for ok in problem.allowed if len(ok) > 1)
+    for size in COARSE_LEVELS:
+        if free <= 2 * size:
+            continue
+        limit_s = deadline.remaining_ms() * COARSE_SHARE / 1000
+        if limit_s < 0.05:
+            break
+        coarse, group = coarsen(problem, size)
+        if any(not ok for ok in coarse.allowed):
+            continue
+        first: dict[int, int] = {}
+        for c, g in enumerate(group):
+            first.setdefault(g, c)
+        start: list[int] | None = [best[first[g]] for g in range(len(coarse.allowed))]
+        if start is not None and any(start[g] not in ok for g, ok in enumerate(coarse.allowed)):
+            start = None
+        found = milp_solve(coarse, Weights.of(coarse), start, limit_s)
+        if found.assign is None:
+            continue
+        trial = [found.assign[group[c]] for c in range(len(problem.allowed))]
+        if budget_violations(problem, trial) or evaluate(problem, weights, trial)[0] >= best_value:
+            continue
+        trial = expand(problem, weights, trial, deadline)
+        best, best_value = trial, evaluate(problem, weights, trial)[0]
+        log.debug("coarse level %d: %d", size, best_value)
+    return best
+
+
 def _search(
     problem: Problem, weights: Weights, deadline: Deadline, start: Solution | None
 ) -> Solution | None:
@@ -175,6 +220,8 @@ def _search(
         log.debug(
             "search: %s %d -> expansion %d", origin, best.objective, evaluate(problem, weights, assign)[0]
         )
+    if assign is not None and problem.budgets:
+        assign = _coarse_milp(problem, weights, assign, deadline)
     limit_s = deadline.remaining_ms() * MILP_SHARE / 1000
     found = milp_solve(problem, weights, assign, limit_s) if limit_s > 0.01 else None
     if found is not None and found.infeasible:

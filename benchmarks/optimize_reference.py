@@ -1,0 +1,100 @@
+"""The optimum of each hard case of benchmarks/optimize.py, computed once with
+a long time limit (issue 17), for the benchmark's ratio column.
+
+Each case's problem (the project's own `Problem`: classes, allowed devices,
+kernel ns, copy edges, budgets) is built by the optimize pipeline with the
+solve step replaced by a capture; HiGHS then solves the same MILP that
+`solver.optimize.search_milp` uses, warm-started by the search's plan, with
+`--limit` seconds (default 300) and no symmetry-breaking shortcuts beyond the
+valid one. Only proven optima are printed as OPTIMA entries (run time in ns
+and the problem's fingerprint); paste them into benchmarks/optimize.py.
+Unproven cases print their best plan and bound as a comment.
+
+    python benchmarks/optimize_reference.py [--limit S] [LABEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import optimize as bench
+
+import solver
+from solver.deadline import Deadline
+from solver.optimize import (
+    Problem,
+    Weights,
+    evaluate,
+    run,
+)
+from solver.optimize.search import expand, fingerprint, obvious_plans
+from solver.optimize.search_milp import _Model, _run_here, identical_devices
+
+
+class _Captured(Exception):
+    def __init__(self, problem: Problem, weights: Weights) -> None:
+        super().__init__("captured")
+        self.problem = problem
+        self.weights = weights
+
+
+def capture(module: Any, fields: dict[str, Any]) -> tuple[Problem, Weights]:
+    """The problem the optimize pipeline builds for a request (not solved)."""
+    original = run.solve
+
+    def grab(problem: Problem, weights: Weights, deadline: Deadline) -> None:
+        raise _Captured(problem, weights)
+
+    run.solve = grab  # type: ignore[assignment]
+    try:
+        run.optimize(module, solver.PlanConfig(mode="optimize", timeout_ms=600_000, **fields))
+    except _Captured as got:
+        return got.problem, got.weights
+    finally:
+        run.solve = original
+    raise RuntimeError("the pipeline did not reach the solve step")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--limit", type=float, default=300.0, help="HiGHS time limit per case (s)")
+    parser.add_argument("labels", nargs="*")
+    args = parser.parse_args()
+    cases = [(label, bench.corpus(model), fields) for label, model, fields in bench.MODEL_CASES]
+    cases.append((bench.DAG_CASE[0], lambda: bench.dag(10_000), bench.DAG_CASE[1]))
+    for label, load, fields in cases:
+        if args.labels and label not in args.labels:
+            continue
+        problem, weights = capture(load(), fields)
+        plans = obvious_plans(problem, weights, Deadline(60_000))
+        start = None
+        if plans:
+            best = min(plans, key=lambda p: p.objective)
+            start = expand(problem, weights, best.assign, Deadline(60_000))
+        model = _Model(problem, weights, identical_devices(problem))
+        began = time.perf_counter()
+        result = _run_here(model, model.cost, args.limit, start, None)
+        took = time.perf_counter() - began
+        ns = evaluate(problem, weights, result.assign)[1] if result.assign else None
+        bound = problem.fixed_ns + result.dual
+        if result.optimal and ns is not None:
+            print(f'    "{label}": ({ns}, "{fingerprint(problem)}"),  # {took:.0f} s', flush=True)
+        else:
+            print(
+                f"    # {label}: not proven in {took:.0f} s ({result.status}): best {ns}, bound {bound:.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
