@@ -168,6 +168,113 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------
+# Hard cases (issue 17, helper "search"): several GPUs and memory budgets.
+# Each row: the plan's predicted ms with the default timeout_ms (10 s), the
+# optimum of the same problem (computed once per case by
+# benchmarks/optimize_reference.py, HiGHS with a long time limit, recorded in
+# OPTIMA with the problem's fingerprint), ratio, bound, gap, copies, method,
+# solve time. Goals: every ratio <= 1.01; resnet50 with 3 devices and
+# budgets <= 3 s, densenet121 <= 6 s; the 10k DAG answers within the limit.
+
+MB = 1_000_000
+_BASE: dict[str, Any] = {"default_device": "cuda", "host_device": "cpu"}
+_THREE = ("cpu", "cuda", "cuda:1")
+_FOUR = ("cpu", "cuda", "cuda:1", "cuda:2")
+
+
+def _gpus(names: tuple[str, ...], mb: int) -> dict[str, Any]:
+    return {name: {"memory_bytes": mb * MB} for name in names}
+
+
+def _model_cases() -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, corpus model, request fields) of every hard case. Budgets are
+    about 0.58 (one or two GPUs) and 0.4 (three GPUs) of the model's weights."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    sizes = {"resnet50": (60, 41), "resnet18": (27, 19), "densenet121": (9, 6), "inception_v3": (56, 39)}
+    for model, (two, three) in sizes.items():
+        one = 25 if model == "resnet18" else two
+        out += [
+            (f"{model}, cpu+2 GPUs", model, {**_BASE, "virtual_devices": _THREE}),
+            (
+                f"{model}, cpu+2 GPUs of {two} MB",
+                model,
+                {**_BASE, "virtual_devices": _THREE, "device_profiles": _gpus(_THREE[1:], two)},
+            ),
+            (f"{model}, cpu+1 GPU of {one} MB", model, {**_BASE, "device_profiles": _gpus(("cuda",), one)}),
+            (f"{model}, cpu+3 GPUs", model, {**_BASE, "virtual_devices": _FOUR}),
+            (
+                f"{model}, cpu+3 GPUs of {three} MB",
+                model,
+                {**_BASE, "virtual_devices": _FOUR, "device_profiles": _gpus(_FOUR[1:], three)},
+            ),
+        ]
+    return out
+
+
+MODEL_CASES = _model_cases()
+DAG_CASE = (
+    "dag 10000, cpu+2 GPUs of 1 MB",
+    {**_BASE, "virtual_devices": _THREE, "device_profiles": _gpus(_THREE[1:], 1)},
+)
+
+# label -> (optimum run time in ns, fingerprint of the problem): written by
+# benchmarks/optimize_reference.py; a row whose fingerprint no longer matches
+# (the profiles changed) shows "stale" instead of a ratio.
+OPTIMA: dict[str, tuple[int, str]] = {}
+
+
+def hard_cases(labels: list[str] | None = None) -> list[dict[str, Any]]:
+    """Plan every hard case with the default time limit and print the table."""
+    sys.path.insert(0, str(ROOT))
+    from solver.optimize.run import optimize
+    from solver.optimize.search import fingerprint
+
+    rows = []
+    cases: list[tuple[str, Callable[[], Module], dict[str, Any]]] = [
+        (label, corpus(model), fields) for label, model, fields in MODEL_CASES
+    ]
+    cases.append((DAG_CASE[0], lambda: dag(10_000), DAG_CASE[1]))
+    for label, load, fields in cases:
+        if labels and label not in labels:
+            continue
+        module = load()
+        start = time.perf_counter()
+        opt = optimize(module, solver.PlanConfig(mode="optimize", **fields))
+        total = time.perf_counter() - start
+        cost = opt.result.cost
+        assert cost is not None
+        ns = round(cost.predicted_ms * 1e6)
+        recorded = OPTIMA.get(label)
+        optimum = None
+        if recorded is not None and recorded[1] == fingerprint(opt.problem):
+            optimum = recorded[0]
+        gap = None if not cost.bound_ms else cost.predicted_ms / cost.bound_ms - 1
+        rows.append(
+            {
+                "case": label,
+                "predicted_ms": f"{cost.predicted_ms:.3f}",
+                "optimum_ms": "stale"
+                if recorded and optimum is None
+                else (f"{optimum / 1e6:.3f}" if optimum else "-"),
+                "ratio": f"{ns / optimum:.4f}" if optimum else "-",
+                "bound_ms": f"{cost.bound_ms:.3f}",
+                "gap": "-" if gap is None else f"{gap * 100:.2f}%",
+                "copies": cost.copies,
+                "method": cost.method,
+                "solve_s": f"{opt.result.stats.time_ms.get('solve', 0.0) / 1000:.2f}",
+                "total_s": f"{total:.2f}",
+            }
+        )
+        sys.stderr.write(f"{label}: {rows[-1]}\n")
+    header = list(rows[0]) if rows else []
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join("---" for _ in header) + " |")
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in header) + " |")
+    return rows
+
+
+# ---------------------------------------------------------------------------
 # Calibration table (issue 17, helper "calibrate"; the solving rows above are
 # separate): the built-in profiles' all-cpu predictions of mlp, resnet18,
 # mobilenet and squeezenet against the runs recorded in
@@ -187,5 +294,8 @@ def calibration() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    calibration()
+    if "--hard" in sys.argv:
+        hard_cases([a for a in sys.argv[1:] if a != "--hard"] or None)
+    else:
+        main()
+        calibration()
