@@ -43,9 +43,11 @@ class Defaults:
 
 
 def needs_free_unification(fr: Front) -> bool:
-    """Whether step 5 unifies free on_devices: the module has one, or a pin
-    made one (op, at and node pins wrap their expression)."""
-    return fr.feats.free_on_device or any(p.kind in ("op", "at", "node") for p in fr.devices.pins)
+    """Whether step 5 unifies free on_devices: only when the module has one.
+    (Pins wrap their expression in a body-constrained on_device, never a free
+    one; the two presolves' old tests of pin kinds, `("op", "at", "node")` in
+    the planner and `"op"` in the TVM-mode prediction, could not change a plan.)"""
+    return fr.feats.free_on_device
 
 
 def choose_defaults(collector: Collector, run_free_on_device: bool) -> Defaults:
