@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 
 import solver
+from relay.detect import detect_encoding, detect_language
 from service.planning import PlanJob
 from service.units import ByteSize
 
@@ -326,12 +327,21 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
         module=request.module,
         options=request.to_options(timeout_ms),
         input_format=request.format,
-        output_format=request.output_format,
+        output_format=_output_format(request),
         explain=request.explain,
         name="<request>",
         request_id=request_id,
         why=tuple(w.model_dump(exclude_none=True) for w in request.why),
     )
+
+
+def _output_format(request: PlanRequest) -> Literal["text", "json"]:
+    """The requested output encoding; when the request names none, text for
+    Relay and, for a Relax module (issue 21), the input's own encoding."""
+    if "output_format" in request.model_fields_set:
+        return request.output_format
+    encoding = request.format or detect_encoding(request.module)
+    return encoding if detect_language(request.module, encoding) == "relax" else request.output_format
 
 
 class VirtualDeviceOut(BaseModel):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import relay
 import solver
+from relay.detect import detect_language
 from service import errors
 from service.compile_targets import compile_targets
 from service.picture import build_picture
@@ -33,6 +34,7 @@ KIND_CONFLICT = errors.PLANNING_CONFLICT.slug
 KIND_TIMEOUT = errors.SOLVER_TIMEOUT.slug
 KIND_INTERNAL = errors.INTERNAL_ERROR.slug
 KIND_TOO_LARGE = errors.MODULE_TOO_LARGE.slug  # the worker cannot hold it (memory limit)
+KIND_TVM_UNAVAILABLE = errors.TVM_UNAVAILABLE.slug  # a Relax module where `tvm` cannot be imported
 
 # A plan gets its time limit plus this much before its worker is killed from
 # outside, so the planner's own cooperative deadline wins when it can.
@@ -86,6 +88,7 @@ class PlanJob:
     options: solver.PlanOptions
     input_format: Format | None  # None: detect (JSON starts with `{`)
     output_format: Format
+    language: str | None  # "relay" | "relax"; None: detect (relay.detect)
     explain: bool
     name: str
     request_id: str | None  # for the worker's log lines
@@ -105,6 +108,7 @@ class PlanJob:
         request_id: str | None = None,
         why: tuple[dict[str, Any], ...] = (),
         picture: dict[str, Any] | None = None,
+        language: str | None = None,
         **option_fields: Any,
     ) -> None:
         options = options if options is not None else solver.PlanOptions()
@@ -120,6 +124,7 @@ class PlanJob:
             ("request_id", request_id),
             ("why", why),
             ("picture", picture),
+            ("language", language),
         ):
             object.__setattr__(self, key, value)
 
@@ -267,6 +272,8 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     (no signal), so no handler can swallow the limit; printing is linear and
     not timed. Tests inject `clock` to expire the limit deterministically.
     """
+    if job_language(job) == "relax":
+        return _run_relax(job, clock)
     start = clock()
     t0 = time.perf_counter()
     module = parse_module(job)
@@ -278,29 +285,50 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     _check_at_selectors(job)
     try:
         result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
-    except solver.PlanningConflict as err:
-        raise _conflict_failure(err) from None
-    except solver.SolverTimeout as err:
-        if err.reason == "deadline":
-            raise timeout_failure(job.timeout_ms) from None
-        message = str(err) or f"solver time limit of {job.timeout_ms} ms exceeded"
-        raise PlanFailure.plain(KIND_TIMEOUT, message) from None
-    except solver.PlanConfigError as err:
-        message = str(err)
-        raise PlanFailure.plain(KIND_CONFIG, message) from None
-    except relay.RelayError as err:
-        # The planner rejecting the module for a reason other than a conflict
-        # (e.g. a malformed annotation): the module is at fault, not the server.
-        raise _relay_failure(KIND_MALFORMED, err) from None
-    except RecursionError:
-        raise PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to plan") from None
+    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError, relay.RelayError,
+            RecursionError) as err:
+        raise _solve_failure(err, job) from None
     t2 = time.perf_counter()
     if job.output_format == "json":
         text = relay.dump_json(result.module)
     else:
         text = relay.print_text(result.module)
     t3 = time.perf_counter()
+    outcome = _outcome(job, result, text, (t0, t1, t2, t3))
+    if job.why:
+        outcome.why = [w.to_json() for w in result.why]
+    if job.picture is not None:
+        constraints = job.options.constraints
+        outcome.picture = build_picture(module, result, constraints=constraints, **job.picture).to_json()
+    if job.explain:
+        outcome.explanation = explain_success(outcome)
+    return outcome
 
+
+def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:
+    """The failure a planner exception means for the client."""
+    if isinstance(err, solver.PlanningConflict):
+        return _conflict_failure(err)
+    if isinstance(err, solver.SolverTimeout):
+        if err.reason == "deadline":
+            return timeout_failure(job.timeout_ms)
+        message = str(err) or f"solver time limit of {job.timeout_ms} ms exceeded"
+        return PlanFailure.plain(KIND_TIMEOUT, message)
+    if isinstance(err, solver.PlanConfigError):
+        return PlanFailure.plain(KIND_CONFIG, str(err))
+    if isinstance(err, relay.RelayError):
+        # The planner rejecting the module for a reason other than a conflict
+        # (e.g. a malformed annotation): the module is at fault, not the server.
+        return _relay_failure(KIND_MALFORMED, err)
+    return PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to plan")
+
+
+def _outcome(
+    job: PlanJob, result: solver.PlanResult, text: str, times: tuple[float, float, float, float]
+) -> PlanOutcome:
+    """The response of a plan (either language) from the planner's result and
+    the printed module; `times` are perf_counter readings around parse, plan, print."""
+    t0, t1, t2, t3 = times
     stats = result.stats
     time_ms = {k: round(v, 3) for k, v in stats.time_ms.items()}
     time_ms["parse"] = round((t1 - t0) * 1000, 3)
@@ -337,11 +365,52 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
         cost=result.cost.to_json() if result.cost is not None else None,
     )
-    if job.why:
-        outcome.why = [w.to_json() for w in result.why]
-    if job.picture is not None:
-        constraints = job.options.constraints
-        outcome.picture = build_picture(module, result, constraints=constraints, **job.picture).to_json()
+    return outcome
+
+
+def job_language(job: PlanJob) -> str:
+    """The job's language: as the request says, else detected from the content."""
+    return job.language or detect_language(job.module, job.input_format)
+
+
+RELAX_INSTALL = "pip install 'devplan[tvm]'"
+
+
+def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
+    """`run_plan` for a Relax module (docs/relax.md): read by TVM, planned by the
+    same planner, written back onto the same IRModule (tvm_bridge.relax_plan)."""
+    if job.why or job.picture is not None:
+        message = (
+            "why-queries and pictures are not available for Relax modules yet (a later issue); "
+            "plan without `why` and without a picture"
+        )
+        raise PlanFailure.plain(KIND_CONFIG, message)
+    try:
+        from tvm_bridge import relax_plan
+    except ImportError:
+        message = f"planning a Relax module needs TVM, which is not installed here ({RELAX_INSTALL}); Relay modules plan without it"
+        raise PlanFailure.plain(KIND_TVM_UNAVAILABLE, message) from None
+    start = clock()
+    t0 = time.perf_counter()
+    fmt = job.input_format or detect_format(job.module)
+    try:
+        mod, source = relax_plan.read_relax(job.module, fmt)
+    except relay.RelayError as err:
+        raise _relay_failure(KIND_MALFORMED, err) from None
+    t1 = time.perf_counter()
+    left_ms = job.timeout_ms - int((clock() - start) * 1000)
+    if left_ms <= 0:
+        raise timeout_failure(job.timeout_ms, "parse")
+    config = build_config(job, left_ms, clock)
+    try:
+        planned = relax_plan.plan_relax(mod, config, source)
+    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError, relay.RelayError,
+            RecursionError) as err:
+        raise _solve_failure(err, job) from None
+    t2 = time.perf_counter()
+    text = relax_plan.print_relax(planned.module, job.output_format)
+    t3 = time.perf_counter()
+    outcome = _outcome(job, planned.result, text, (t0, t1, t2, t3))
     if job.explain:
         outcome.explanation = explain_success(outcome)
     return outcome

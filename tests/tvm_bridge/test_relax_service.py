@@ -1,0 +1,136 @@
+"""Relax modules through `POST /plan` (issue 21): detected from the content,
+planned, answered in the input's encoding; located parse errors; 422 for
+why-queries; 503 where `tvm` cannot be imported while Relay still plans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tvm
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+from tvm_bridge.relax_plan import read_relax
+
+pytestmark = pytest.mark.tvm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODULE = """@I.ir_module
+class Module:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("llvm", 1)]})
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        a = R.add(x, y)
+        b = R.hint_on_device(a, R.device(1, 1))
+        c = R.exp(b)
+        return c
+"""
+RELAY = 'def @main(%x: Tensor[(4), float32]) {\n  negative(%x)\n}\n'
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(pool_kind="thread", pool_size=1)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _plan(client: TestClient, **body: Any) -> Any:
+    return client.post("/plan", json={"default_device": "cpu:0", "host_device": "cpu:0", **body})
+
+
+def test_relax_text_plans_and_answers_tvmscript(client: TestClient) -> None:
+    r = _plan(client, module=MODULE)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["format"] == "text"
+    out, _ = read_relax(body["module"])
+    assert int(out["main"].params[0].ty.vdevice.vdevice_id) == 1
+    assert "hint_on_device" not in body["module"]
+
+
+def test_relax_json_answers_json_unless_asked(client: TestClient) -> None:
+    mod, _ = read_relax(MODULE)
+    text = tvm.ir.save_json(mod)
+    r = _plan(client, module=text)
+    assert r.status_code == 200, r.text
+    assert r.json()["format"] == "json"
+    assert isinstance(tvm.ir.load_json(r.json()["module"]), tvm.IRModule)
+    r = _plan(client, module=text, output_format="text")
+    assert r.status_code == 200 and r.json()["format"] == "text"
+
+
+def test_relax_optimize_mode_with_a_relax_operator_pin(client: TestClient) -> None:
+    pin = {"select": {"op": "relax.exp"}, "device": "cpu:0"}
+    r = _plan(client, module=MODULE, mode="optimize", constraints=[pin])
+    assert r.status_code == 200, r.text
+    assert r.json()["cost"]["copies"] == len(r.json()["summary"]["device_copies"]) >= 1
+
+
+def test_relax_syntax_error_is_a_located_400(client: TestClient) -> None:
+    r = _plan(client, module=MODULE.replace("R.exp(b)", "R.exp(b"))
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["type"].endswith("/malformed-module")
+    line = next(i for i, t in enumerate(MODULE.splitlines(), 1) if "R.exp(b)" in t)
+    assert body["locations"][0]["line"] in (line, line + 1)
+
+
+def test_relax_why_query_is_422(client: TestClient) -> None:
+    r = _plan(client, module=MODULE, why=[{"op": "relax.add"}])
+    assert r.status_code == 422, r.text
+    assert "Relax" in r.json()["detail"]
+
+
+_WITHOUT_TVM = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+
+    class NoTVM(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "tvm" or name.startswith("tvm.") or name.startswith("tvm_ffi"):
+                raise ImportError("tvm is blocked in this process")
+            return None
+
+    sys.meta_path.insert(0, NoTVM())
+    from fastapi.testclient import TestClient
+    from service.config import Settings
+    from service.main import create_app
+
+    body = json.loads(sys.argv[1])
+    with TestClient(create_app(Settings(pool_kind="thread", pool_size=1)), raise_server_exceptions=False) as c:
+        relax = c.post("/plan", json={"module": body["relax"]})
+        relay = c.post("/plan", json={"module": body["relay"]})
+    print(json.dumps({"relax": [relax.status_code, relax.json()], "relay": [relay.status_code, relay.json()],
+                      "tvm_loaded": "tvm" in sys.modules}))
+    """
+)
+
+
+def test_relax_without_tvm_is_503_and_relay_still_plans() -> None:
+    payload = json.dumps({"relax": MODULE, "relay": RELAY})
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TVM, payload],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    status, body = result["relax"]
+    assert status == 503 and body["type"].endswith("/tvm-unavailable"), body
+    assert "pip install" in body["detail"]
+    assert result["relay"][0] == 200
+    assert result["tvm_loaded"] is False
