@@ -337,24 +337,8 @@ def plan_with_placements(
     result = solver.plan(module, config, why=(*why, *extra), record_constraints=record_constraints)
     answers = result.why[len(why) :]
     result = dataclasses.replace(result, why=tuple(result.why[: len(why)]))
-    by_node = {a.node: a for w in answers for a in w.answers}
-    placements = []
-    for g in graph.nodes:
-        a = by_node.get(g.node)
-        placements.append(
-            {
-                "node": g.node,
-                "kind": g.kind,
-                "name": g.name,
-                "function": g.function,
-                "index": g.index,
-                "line": g.line,
-                "column": g.column,
-                "device": a.device if a is not None else "?",
-                "decided_by": a.reason if a is not None else "none",
-                "inputs": list(g.inputs),
-            }
-        )
+    by_node = {a.node: a.to_json() for w in answers for a in w.answers}
+    placements = [_placement(g, by_node.get(g.node)) for g in graph.nodes]
     try:
         types: Any = relay.infer_types(module, check_annotations=False)
     except relay.RelayError:
@@ -371,33 +355,11 @@ def prediction(
 ) -> dict[str, Any]:
     """The predicted run time: the optimizer's in optimize mode, else the cost
     model's price of the TVM plan (`basis` says which)."""
-    per_device: dict[str, dict[str, Any]] = {}
-    for p in placements:
-        if p["kind"] == KIND_OPERATOR:
-            entry = per_device.setdefault(p["device"], {"operator_calls": 0})
-            entry["operator_calls"] += 1
-    known = [c["bytes"] for c in copies if c["bytes"] is not None]
-    out: dict[str, Any] = {
-        "predicted_ms": None,
-        "basis": "optimize" if result.cost is not None else "tvm-plan",
-        "reason": None,
-        "copies": len(copies),
-        "bytes_copied": sum(known),
-        "per_device": per_device,
-    }
+    out = _counts(placements, copies, "optimize" if result.cost is not None else "tvm-plan")
     if result.cost is not None:
         out["predicted_ms"] = result.cost.predicted_ms
-        return out
-    try:
-        from solver.optimize.run import evaluate_planned
-
-        evaluation = evaluate_planned(result.module, dataclasses.replace(config, mode="tvm"))
-    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError) as err:
-        out["reason"] = f"the cost model cannot price this plan: {err}"
-        return out
-    out["predicted_ms"] = evaluation.predicted_ms
-    if evaluation.violations:
-        out["reason"] = "over a memory budget: " + "; ".join(evaluation.violations)
+    else:
+        out.update(_price_tvm_plan(result.module, config))
     return out
 
 
@@ -430,6 +392,99 @@ def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any
     config = build_config(job, clock=clock)
     _, extra = plan_with_placements(module, config)
     return outcome, build_report(outcome.as_dict(), extra, config.mode)
+
+
+def report_job(job: Any) -> tuple[Any, int]:
+    """`job` (a PlanJob) with a why-selector per placement appended, and how many
+    selectors were the job's own: planned in a worker like any job, its response
+    carries every placement's device and `decided_by` (`report_from_response`).
+    Raises PlanFailure (malformed-module) like run_plan."""
+    from service.planning import parse_module
+
+    graph = PlacementGraph(parse_module(job))
+    return dataclasses.replace(job, why=(*job.why, *placement_selectors(graph))), len(job.why)
+
+
+def report_from_response(job: Any, response: Mapping[str, Any], own_why: int) -> dict[str, Any]:
+    """The report of `job` from the /plan response of `report_job(job)` (planned
+    module included): placements from its why-answers, copies from its planned
+    module, the prediction from its cost or the cost model."""
+    from service.planning import build_config, parse_module
+
+    module = parse_module(job)
+    graph = PlacementGraph(module)
+    answers = {a["node"]: a for w in (response.get("why") or [])[own_why:] for a in w["answers"]}
+    body = dict(response)
+    if own_why:
+        body["why"] = list(response["why"][:own_why])
+    else:
+        body.pop("why", None)
+    placements = [_placement(g, answers.get(g.node)) for g in graph.nodes]
+    planned = (
+        relay.load_json(response["module"])
+        if response["format"] == "json"
+        else relay.parse_text(response["module"])
+    )
+    try:
+        types: Any = relay.infer_types(module, check_annotations=False)
+    except relay.RelayError:
+        types = None
+    copies = [e.to_json() for e in graph.copies(planned, types)]
+    config = build_config(job)
+    cost = response.get("cost")
+    predicted: dict[str, Any] = _counts(placements, copies, "optimize" if cost else "tvm-plan")
+    if cost:
+        predicted["predicted_ms"] = cost["predicted_ms"]
+    else:
+        predicted.update(_price_tvm_plan(planned, config))
+    return build_report(body, Placements(placements, copies, predicted), config.mode)
+
+
+def _placement(g: GraphNode, answer: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {
+        "node": g.node,
+        "kind": g.kind,
+        "name": g.name,
+        "function": g.function,
+        "index": g.index,
+        "line": g.line,
+        "column": g.column,
+        "device": answer["device"] if answer is not None else "?",
+        "decided_by": answer["reason"] if answer is not None else "none",
+        "inputs": list(g.inputs),
+    }
+
+
+def _counts(
+    placements: Sequence[Mapping[str, Any]], copies: Sequence[Mapping[str, Any]], basis: str
+) -> dict[str, Any]:
+    per_device: dict[str, dict[str, Any]] = {}
+    for p in placements:
+        if p["kind"] == KIND_OPERATOR:
+            entry = per_device.setdefault(p["device"], {"operator_calls": 0})
+            entry["operator_calls"] += 1
+    return {
+        "predicted_ms": None,
+        "basis": basis,
+        "reason": None,
+        "copies": len(copies),
+        "bytes_copied": sum(c["bytes"] for c in copies if c["bytes"] is not None),
+        "per_device": per_device,
+    }
+
+
+def _price_tvm_plan(planned: Module, config: solver.PlanConfig) -> dict[str, Any]:
+    """predicted_ms (and reason) of a TVM-mode plan under the cost model."""
+    from solver.optimize.run import evaluate_planned
+
+    try:
+        evaluation = evaluate_planned(planned, dataclasses.replace(config, mode="tvm"))
+    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError) as err:
+        return {"reason": f"the cost model cannot price this plan: {err}"}
+    out: dict[str, Any] = {"predicted_ms": evaluation.predicted_ms}
+    if evaluation.violations:
+        out["reason"] = "over a memory budget: " + "; ".join(evaluation.violations)
+    return out
 
 
 def operator_times(

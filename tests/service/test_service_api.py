@@ -477,6 +477,7 @@ def test_openapi_json_has_stable_operation_ids(client: Any) -> None:
     assert ops == {
         "plan",
         "plan_picture",
+        "plan_diff",
         "compile",
         "get_artifact",
         "submit_compile_job",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from service import problems
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
@@ -96,3 +98,96 @@ def plan_response(response: PlanResponse) -> JSONResponse:
     if response.cost is not None:
         content["cost"] = response.cost.model_dump(mode="json")
     return JSONResponse(content)
+
+
+# --------------------------------------------------------------------------
+# POST /plan/diff (issue 22)
+
+
+class ReportIn(BaseModel):
+    """A placement report (`devplan plan --report`; schemas/report.schema.json)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    report_version: int = Field(..., description="The report format (1).")
+    placements: list[dict[str, Any]] = Field(..., description="Every placement of the plan.")
+    copies: list[dict[str, Any]] = Field(default_factory=list, description="Every device_copy of the plan.")
+    prediction: dict[str, Any] = Field(default_factory=dict, description="The predicted run time.")
+
+
+class PlanDiffRequest(BaseModel):
+    """Two plans to compare: each a /plan request (planned here) or a report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before: PlanRequest | ReportIn = Field(..., description="The plan before the change.")
+    after: PlanRequest | ReportIn = Field(..., description="The plan after the change.")
+    fail_on: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Rules to check: copies-added, moved-to:DEVICE, predicted-regression:PERCENT%, any-change "
+        "(the answer's `rules` and `failed` say which were hit).",
+        examples=[["copies-added", "moved-to:cpu", "predicted-regression:5%"]],
+    )
+
+
+async def _side_report(
+    side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics, name: str
+) -> dict[str, Any]:
+    """A report as it is, or the report of a request planned in the pool."""
+    from service.report import REPORT_VERSION, report_from_response, report_job
+
+    if isinstance(side, ReportIn):
+        if side.report_version != REPORT_VERSION:
+            message = f"{name}: report_version {side.report_version} is not {REPORT_VERSION}"
+            raise ProblemError(problems.INVALID_CONFIG, message)
+        bad = [
+            p
+            for p in side.placements
+            if not {"node", "kind", "name", "function", "device", "inputs"} <= set(p)
+        ]
+        if bad:
+            raise ProblemError(
+                problems.INVALID_CONFIG, f"{name}: a placement lacks node/kind/name/function/device/inputs"
+            )
+        return side.model_dump()
+    job = to_plan_job(side, settings, request_id=current_request_id())
+    try:
+        with_selectors, own = await asyncio.to_thread(report_job, job)
+    except PlanFailure as failure:
+        raise failure_to_problem(failure) from None
+    result = await submit_plan(with_selectors, pool, metrics, count_busy=False)
+    if "error" in result:
+        raise failure_to_problem(PlanFailure.from_dict(result["error"]))
+    report: dict[str, Any] = await asyncio.to_thread(report_from_response, job, result["ok"], own)
+    return report
+
+
+@router.post(
+    "/plan/diff",
+    operation_id="plan_diff",
+    summary="Compare two plans",
+    description="Each side is a /plan request (planned here, like `POST /plan`) or a placement report "
+    "(`devplan plan --report`). The answer lists the operators whose device changed, operators added and "
+    "removed, copies added and removed with their bytes, and the change of predicted time and of operator "
+    "calls per device. Nodes are matched by function, operator and position in the data flow, never by "
+    "node ids or line numbers (docs/ci.md). With `fail_on`, `rules` says which rules were hit.",
+    responses=problem_responses(*PLAN_PROBLEMS),
+)
+async def plan_diff(
+    request: PlanDiffRequest, settings: SettingsDep, pool: PoolDep, metrics: MetricsDep
+) -> JSONResponse:
+    from service import diff
+
+    try:
+        rules = diff.parse_rules(request.fail_on)
+    except diff.RuleError as err:
+        raise ProblemError(problems.INVALID_CONFIG, str(err)) from None
+    before = await _side_report(request.before, settings, pool, metrics, "before")
+    after = await _side_report(request.after, settings, pool, metrics, "after")
+    result = diff.diff_reports(before, after)
+    if rules:
+        checked = diff.check_rules(result, rules)
+        result["rules"] = [r.to_json() for r in checked]
+        result["failed"] = any(r.hit for r in checked)
+    return JSONResponse(result)
