@@ -39,10 +39,20 @@ class CostReport:
     bound_ms: float
     solver_ms: float
     estimates: tuple[Estimate, ...] = ()
-    # how the optimum was found and proven: "z3", "min-cut", "min-cut + z3", "single choice"
+    # how the plan was found and proven (docs/optimize.md section 7): "single choice",
+    # "min-cut", "min-cut + budget", "min-cut + budget (dual bound)", "z3", "z3 (time-out)",
+    # "highs (optimal)", "highs (run time optimal)", "search + highs (<HiGHS status>)", "search"
     method: str = "z3"
     classes: int = 0
     z3_variables: int = 0
+
+    @property
+    def gap(self) -> float | None:
+        """predicted / bound - 1 (0 when the bound meets the plan); None when
+        the bound is 0 (nothing to divide by)."""
+        if self.bound_ms <= 0:
+            return None
+        return max(0.0, round(self.predicted_ms / self.bound_ms - 1, 6))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +64,8 @@ class CostReport:
             "per_device": {name: dc.to_json() for name, dc in self.per_device.items()},
             "optimal": self.optimal,
             "bound_ms": self.bound_ms,
+            "gap": self.gap,
+            "method": self.method,
             "solver_ms": self.solver_ms,
             "estimates": [e.to_json() for e in self.estimates],
         }

@@ -38,11 +38,12 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import highspy
@@ -331,13 +332,15 @@ def _run(
     (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after its root
     LP, calling no callback). The child streams its dual bound and each
     improving plan as it goes, so a killed run still gives the last of each."""
-    try:
-        ctx = multiprocessing.get_context("fork")
-    except ValueError:  # no fork on this platform: in process, HiGHS's limit only
+    if not hasattr(os, "fork"):  # no fork on this platform: in process, HiGHS's limit only
         return _run_here(model, objective, limit_s, start, stage2_ns)
-    receive, send = ctx.Pipe(duplex=False)
-
-    def child() -> None:
+    # os.fork, not multiprocessing: plans run in daemonic pool workers, which
+    # multiprocessing forbids to have children.
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, report through the pipe, exit at once
+        os.close(read_fd)
+        send = Connection(write_fd, readable=False)
         last = [0.0]
 
         def report(kind: str, value: Any) -> None:
@@ -350,12 +353,9 @@ def _run(
         try:
             send.send(("done", _run_here(model, objective, limit_s, start, stage2_ns, report)))
         finally:
-            send.close()
             os._exit(0)  # no atexit handlers or inherited finalisers in the child
-
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    send.close()
+    os.close(write_fd)
+    receive = Connection(read_fd, writable=False)
     stop = time.monotonic() + limit_s + 0.25
     dual = -math.inf
     plan: list[int] | None = None  # the last improving plan the child reported
@@ -376,9 +376,11 @@ def _run(
             else:
                 result = value
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
         receive.close()
     if result is None:
         log.info("HiGHS overran its %.2f s limit; stopped (last bound %s)", limit_s, dual)
