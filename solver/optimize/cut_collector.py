@@ -5,6 +5,7 @@ edge between a primitive operator call and each tensor argument is cuttable
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from relay.ast import Call, Expr, Op, on_device_props
@@ -19,6 +20,17 @@ def look_through(expr: Expr) -> Expr:
     if type(expr) is Call and type(expr.op) is Op and expr.op.name == "on_device" and len(expr.args) == 1:
         return expr.args[0]
     return expr
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """What the problem builder reads of a collection: the collector (its
+    union-find and domains), the primitive operator calls, and the cuttable
+    edges (operator call or free-result annotation, argument)."""
+
+    collector: Collector
+    op_calls: list[Call]
+    cut_edges: list[tuple[Call, Expr]]
 
 
 class CutCollector(Collector):
@@ -65,20 +77,23 @@ class CutCollector(Collector):
                 return
         super()._call(call)
 
+    def cuts(self) -> Cuts:
+        """This collection's operator calls and cuttable edges."""
+        return Cuts(self, self.op_calls, self.cut_edges)
 
-def as_cut(collector: Collector) -> CutCollector:
-    """View a TVM-mode collector as a CutCollector with no cut edges: its
-    operator calls are every primitive operator call it collected."""
-    cut = CutCollector.__new__(CutCollector)
-    cut.__dict__.update(collector.__dict__)
+
+def as_cut(collector: Collector) -> Cuts:
+    """A TVM-mode collection read as cuts: its operator calls are every
+    primitive operator call it collected, and its cuttable edges only the
+    annotations whose result is free (operator edges are all hard there)."""
     nodes = post_order([f for _, f in collector.functions if is_optimizable(f)], enter=not_primitive)
     calls = [n for n in nodes if type(n) is Call and type(n.op) is Op]
-    cut.op_calls = [c for c in calls if c.op.name not in SPECIAL_OPS]  # type: ignore[attr-defined]
+    op_calls = [c for c in calls if c.op.name not in SPECIAL_OPS]  # type: ignore[attr-defined]
     # The copy points of the TVM plan besides device_copy calls: annotations
     # whose result is free (their two classes differ when a copy is needed).
-    cut.cut_edges = []
+    cut_edges: list[tuple[Call, Expr]] = []
     for call in calls:
         props = on_device_props(call) if call.op.name == "on_device" else None  # type: ignore[attr-defined]
         if props is not None and not props.constrain_result and len(call.args) == 1:
-            cut.cut_edges.append((call, call.args[0]))
-    return cut
+            cut_edges.append((call, call.args[0]))
+    return Cuts(collector, op_calls, cut_edges)

@@ -36,7 +36,7 @@ from .cost_model import (
     op_part,
     work_ns,
 )
-from .cut_collector import CutCollector
+from .cut_collector import Cuts
 from .sizes import Estimate, Sizes, dtype_bytes
 
 Edge = tuple[int, int, int, int]  # (consumer class, producer class, bytes, uses)
@@ -316,7 +316,7 @@ class _Kernels:
     largest: dict[int, int]
 
 
-def _kernels(collector: CutCollector, classes: _Classes, sizes: Sizes, setup: DeviceSetup) -> _Kernels:
+def _kernels(collector: Cuts, classes: _Classes, sizes: Sizes, setup: DeviceSetup) -> _Kernels:
     """Each class's summed kernel time per device, operator count, largest
     result, and the calls a device cannot run."""
     unary: dict[int, dict[int, int]] = {}
@@ -340,9 +340,7 @@ def _kernels(collector: CutCollector, classes: _Classes, sizes: Sizes, setup: De
     return _Kernels(unary, forbidden, per_call, ops, largest)
 
 
-def _weight_bytes(
-    collector: CutCollector, classes: _Classes, sizes: Sizes, main: Function | None
-) -> dict[int, int]:
+def _weight_bytes(collector: Cuts, classes: _Classes, sizes: Sizes, main: Function | None) -> dict[int, int]:
     """Bytes of @main's parameters and of every constant, per class."""
     weights: dict[int, int] = {}
     seen: set[int] = set()
@@ -372,7 +370,7 @@ def _weight_bytes(
     return weights
 
 
-def _edges(collector: CutCollector, classes: _Classes, sizes: Sizes) -> list[Edge]:
+def _edges(collector: Cuts, classes: _Classes, sizes: Sizes) -> list[Edge]:
     """The cuttable edges between different classes, merged per class pair."""
     edge_map: dict[tuple[int, int], list[int]] = {}
     for call, arg in collector.cut_edges:
@@ -479,7 +477,7 @@ class Built:
 
 
 def build_problem(
-    collector: CutCollector,
+    cuts: Cuts,
     candidates: list[VirtualDevice],
     default: VirtualDevice,
     config: PlanConfig,
@@ -488,10 +486,11 @@ def build_problem(
 ) -> Built:
     """Classes, allowed devices, costs, edges and budgets of a collected module."""
     setup = device_setup(candidates, config)
+    collector = cuts.collector
     classes = _Classes(collector)
-    kernels = _kernels(collector, classes, sizes, setup)
-    weights = _weight_bytes(collector, classes, sizes, main)
-    edges = _edges(collector, classes, sizes)
+    kernels = _kernels(cuts, classes, sizes, setup)
+    weights = _weight_bytes(cuts, classes, sizes, main)
+    edges = _edges(cuts, classes, sizes)
     # Every class that appears gets a full row; other classes are read by
     # `device_of` with the default rule.
     n = len(classes.roots)

@@ -125,7 +125,7 @@ def optimize(
 
     candidates = candidate_devices(ds, devices.table, [devices.default, devices.host])
     main = next((f for gv, f in functions if gv.name == "main"), None)
-    built = build_problem(collector, candidates, devices.default, config, sizes, main)
+    built = build_problem(collector.cuts(), candidates, devices.default, config, sizes, main)
     problem = built.problem
     lap("build")
     conflict = support_conflict(ds, built, "device conflict: pins and operator support disagree: ")
