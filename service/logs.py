@@ -114,9 +114,9 @@ class _Sink:
                 missed = self.dropped - self._announced
                 self._announced = self.dropped
             if missed:
-                self._write(_drop_line(missed, self.dropped))
+                self._write(_drop_line(missed, self.dropped), count_failure=False)
 
-    def _write(self, line: str) -> None:
+    def _write(self, line: str, count_failure: bool = True) -> None:
         data = (line + "\n").encode("utf-8", errors="replace")
         try:
             if self._fd is None:
@@ -126,8 +126,9 @@ class _Sink:
             view = memoryview(data)
             while view:  # a blocking write to a pipe may be partial past PIPE_BUF
                 view = view[os.write(self._fd, view) :]
-        except (OSError, ValueError):  # output closed: nothing to write to
-            pass
+        except (OSError, ValueError):  # output closed (EPIPE, EBADF): a record is lost, counted
+            if count_failure:
+                self.count_drop()
 
 
 def _fileno(stream: Any) -> int | None:
