@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, kind_of
 
@@ -101,15 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a module's devices and print the planned module")
     add = p.add_argument
-    add("input", metavar="INPUT", help="path of a Relay module (text or TVM JSON), or - for stdin")
+    add(
+        "input",
+        metavar="INPUT",
+        help="path of a Relay module (text or TVM JSON) or a Relax IRModule (TVMScript or TVM JSON), or - for stdin",
+    )
     _add_request_flags(add)
+    add(
+        "--language",
+        choices=("relay", "relax"),
+        default=None,
+        help="the module's language (default: detected from the content; Relax needs the tvm extra)",
+    )
     add(
         "-o",
         "--output",
         metavar="FILE",
         help="write the planned module here instead of stdout (- for stdout)",
     )
-    add("--output-format", choices=("text", "json"), default="text", help="text (default) or TVM JSON")
+    add(
+        "--output-format",
+        choices=("text", "json"),
+        default=None,
+        help="text or TVM JSON (default text; for a Relax module, the input's own encoding)",
+    )
     add(
         "--report",
         metavar="FILE",
@@ -327,12 +342,24 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
     return PlanJob(
         module=module,
         options=options,
-        output_format=args.output_format,
+        output_format=_output_format(args, module),
         explain=args.explain,
+        language=getattr(args, "language", None),
         name=name,
         why=why,
         picture={} if args.picture else None,
     )
+
+
+def _output_format(args: argparse.Namespace, module: str) -> Literal["text", "json"]:
+    """--output-format, else text, or for a Relax module its own encoding (issue 21)."""
+    if args.output_format is not None:
+        return cast(Literal["text", "json"], args.output_format)
+    from relay.detect import detect_encoding, detect_language
+
+    encoding = detect_encoding(module)
+    language = getattr(args, "language", None) or detect_language(module, encoding)
+    return encoding if language == "relax" else "text"
 
 
 def _parse_selector(text: str) -> dict[str, Any]:

@@ -134,3 +134,45 @@ def test_relax_without_tvm_is_503_and_relay_still_plans() -> None:
     assert "pip install" in body["detail"]
     assert result["relay"][0] == 200
     assert result["tvm_loaded"] is False
+
+
+_CLI_WITHOUT_TVM = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class NoTVM(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "tvm" or name.startswith("tvm.") or name.startswith("tvm_ffi"):
+                raise ImportError("tvm is blocked in this process")
+            return None
+
+    sys.meta_path.insert(0, NoTVM())
+    from service.cli import main
+
+    sys.exit(main(["plan", sys.argv[1]]))
+    """
+)
+
+
+def test_cli_plans_relax_json_to_json_and_without_tvm_exits_1(tmp_path: Path) -> None:
+    from service.cli import main
+
+    mod, _ = read_relax(MODULE)
+    source = tmp_path / "module.json"
+    source.write_text(tvm.ir.save_json(mod))
+    out = tmp_path / "planned.json"
+    code = main(["plan", str(source), "--default-device", "cpu:0", "--host-device", "cpu:0", "-o", str(out)])
+    assert code == 0
+    assert isinstance(tvm.ir.load_json(out.read_text()), tvm.IRModule)
+    script = tmp_path / "module.py"
+    script.write_text(MODULE)
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI_WITHOUT_TVM, str(script)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "pip install 'devplan[tvm]'" in done.stderr
