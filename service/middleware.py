@@ -269,7 +269,7 @@ class ServiceMiddleware:
         close: bool = False,
         headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
-        body = json.dumps(problem_body(kind, detail, instance)).encode()
+        body = json.dumps(problem_body(kind, detail, instance), ensure_ascii=False).encode()  # as measured
         headers = [
             (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
             (b"content-length", str(len(body)).encode()),

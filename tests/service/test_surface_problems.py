@@ -126,3 +126,17 @@ def test_every_503_problem_but_tvm_unavailable_says_when_to_retry(make_client: C
             r = c.get(f"/test-503/{kind.slug}")
             assert r.status_code == 503 and r.json()["type"] == kind.type
             assert ("retry-after" in r.headers) is (kind != TVM_UNAVAILABLE), kind.slug
+
+
+def test_a_long_non_ascii_path_gets_a_small_404(small_client: Any) -> None:
+    r = small_client.get("/" + "\u00e9" * 3_000)  # httpx refuses paths past 65,535 bytes
+    assert r.status_code == 404
+    assert len(r.content) < MAX_PROBLEM_BYTES
+
+
+def test_an_oversized_body_is_refused_with_a_small_413(make_client: Callable[..., Any]) -> None:
+    with make_client(pool_kind="thread", pool_size=1, max_body_bytes=4096) as c:
+        r = c.post("/" + "\u00e9" * 3_000, content=b"x" * 10_000, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert len(r.content) < MAX_PROBLEM_BYTES
+    assert r.json()["type"].endswith("/request-too-large")
