@@ -27,6 +27,7 @@ import heapq
 import itertools
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -391,13 +392,16 @@ def expand(
     best_value = evaluate(problem, weights, best)[0]
     k = len(problem.devices)
     prices: dict[int, int] = {}
+    last_ms = 0.0  # the last move's time: no move starts that would overrun the deadline
     for _ in range(sweeps):
         changed = False
         for target in range(k):
-            if deadline.remaining_ms() <= 0:
-                return best
             for _attempt in range(6 if problem.budgets else 1):
+                if deadline.remaining_ms() <= last_ms:
+                    return best
+                began = time.perf_counter()
                 trial = _move(problem, weights, best, target, prices)
+                last_ms = (time.perf_counter() - began) * 1000
                 over = budget_violations(problem, trial)
                 if not over:
                     value = evaluate(problem, weights, trial)[0]

@@ -144,13 +144,15 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
 
 # Share of the time left that the MILP may use; the rest is for the rewrite,
 # the TVM-mode prediction and (with `z3_check`) Z3's confirmation.
-MILP_SHARE = 0.5
+MILP_SHARE = 0.4
+# Percent of the time left for the obvious plans and the expansion.
+SEARCH_SHARE = 25
 
 
 # Coarse levels: runs of this many classes of a topological order merged
 # (`search.coarsen`), each solved by HiGHS with this share of the time left.
 COARSE_LEVELS = (32,)
-COARSE_SHARE = 0.25
+COARSE_SHARE = 0.2
 
 
 def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline: Deadline) -> list[int]:
@@ -186,7 +188,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
         trial = [found.assign[group[c]] for c in range(len(problem.allowed))]
         if budget_violations(problem, trial) or evaluate(problem, weights, trial)[0] >= best_value:
             continue
-        trial = expand(problem, weights, trial, deadline)
+        trial = expand(problem, weights, trial, Deadline(max(1, int(limit_s * 500))))
         best, best_value = trial, evaluate(problem, weights, trial)[0]
         log.debug("coarse level %d: %d", size, best_value)
     return best
@@ -208,14 +210,17 @@ def _search(
     lower = _relaxation_bound(problem, weights)
     if start is not None:
         lower = max(lower, min(start.lower, start.objective))
-    plans = obvious_plans(problem, weights, deadline)
+    # The obvious plans and the expansion get a quarter of the time left (on
+    # 10k classes each minimum cut takes a good fraction of a second).
+    phase = Deadline(max(1, deadline.remaining_ms() * SEARCH_SHARE // 100))
+    plans = obvious_plans(problem, weights, phase)
     if start is not None:
         plans.append(Candidate(tuple(start.assign), start.objective, start.method))
     best = min(plans, key=lambda p: p.objective, default=None)
     assign: list[int] | None = None
     origin = ""
     if best is not None:
-        assign = expand(problem, weights, best.assign, deadline)
+        assign = expand(problem, weights, best.assign, phase)
         origin = best.origin
         log.debug(
             "search: %s %d -> expansion %d", origin, best.objective, evaluate(problem, weights, assign)[0]
