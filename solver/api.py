@@ -3,6 +3,7 @@ only module that imports both modes (`tvm_mode`, `optimize.run`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from .optimize.run import plan_optimize
 from .result import PlanResult
 from .selectors import Selector
 from .steps import resolve_devices
+from .steps.typecheck import type_check
 from .tvm_mode import plan_tvm
 
 
@@ -35,6 +37,8 @@ def plan(
     """
     config = config or PlanConfig()
     check_config(config)
+    # As TVM before planning: operator names, then (unless skipped) types.
+    types = type_check(module, check_types=config.check_types)
     # The request is checked before the clock starts.
     devices = resolve_devices(module, config)
     for i, selector in enumerate(why):
@@ -45,8 +49,26 @@ def plan(
     gc.disable()
     try:
         if config.mode == "optimize":
-            return plan_optimize(module, config, devices, tuple(why), record_constraints)
-        return plan_tvm(module, config, devices, tuple(why), record_constraints)
+            result = plan_optimize(module, config, devices, tuple(why), record_constraints)
+        else:
+            result = plan_tvm(module, config, devices, tuple(why), record_constraints)
     finally:
         if enabled:
             gc.enable()
+    notices = _notices(module)
+    if types.unchecked_ops or notices:
+        result = dataclasses.replace(result, unchecked_ops=types.unchecked_ops, notices=notices)
+    return result
+
+
+def _notices(module: Module) -> tuple[str, ...]:
+    """What a client should know about a module that plans (issue 18)."""
+    names = [gv.name for gv, _ in module.functions]
+    if names and "main" not in names and module.expr is None:
+        listed = ", ".join(f"@{n}" for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        notice = (
+            f"the module has no @main: each global function is planned on its own ({listed}); "
+            "TVM's build needs a @main"
+        )
+        return (notice,)
+    return ()

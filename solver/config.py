@@ -61,6 +61,9 @@ class PlanConfig:
     # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
     # the tests run it, requests may ask for it).
     z3_check: bool = False
+    # Issue 18: type-check the module before planning, as TVM does (operator
+    # names are always checked); False skips the type check.
+    check_types: bool = True
     # Optimize mode (issue 11, docs/optimize.md): "tvm" reproduces TVM's
     # PlanDevices; "optimize" minimises the predicted run time.
     mode: Mode = "tvm"
@@ -133,6 +136,8 @@ def check_config(config: PlanConfig) -> None:
         raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
     if not isinstance(config.z3_check, bool):
         raise PlanConfigError(f"z3_check must be true or false, got {config.z3_check!r}")
+    if not isinstance(config.check_types, bool):
+        raise PlanConfigError(f"check_types must be true or false, got {config.check_types!r}")
     for k, entry in enumerate(config.constraints):
         if not isinstance(entry, Mapping) or "select" not in entry or "device" not in entry:
             raise PlanConfigError(

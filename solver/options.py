@@ -29,6 +29,8 @@ class PlanOptions:
     timeout_ms: int = 10_000
     # TVM mode: confirm the plan with Z3 (it cannot change it); optimize mode: Z3 confirms a min-cut plan.
     z3_check: bool = False
+    # Type-check the module first, as TVM does (issue 18); operator names are always checked.
+    check_types: bool = True
     mode: Mode = "tvm"
     # Optimize mode (issue 11): device name -> {"unsupported": [op, ...]} (or the list itself).
     op_support: Mapping[str, Any] = field(default_factory=dict)
@@ -53,6 +55,7 @@ class PlanOptions:
             constraints=tuple(self.constraints),
             timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
             z3_check=self.z3_check,
+            check_types=self.check_types,
             mode=self.mode,
             op_support=self.op_support,
             device_profiles=self.device_profiles,

@@ -22,6 +22,7 @@ from .result import ConstraintLog, PlanResult, PlanStats, WhyResult
 from .rewrite import Rewriter
 from .solve import ModelResult
 from .steps import Devices, Laps, check_with_z3, planned_result, presolve, presolved_devices, rewrite_module
+from .steps.support import check_support
 
 
 def plan_tvm(
@@ -50,6 +51,9 @@ def plan_tvm(
 
     rewriter = Rewriter(collector, device_of)
     out_module, summary = rewrite_module(module, fr.functions, rewriter, devices.ref_table, fr.from_expr)
+    if config.op_support:
+        # TVM's placement ignores operator support; a plan that breaks it is refused (issue 18).
+        check_support(out_module, config.op_support, [*devices.table, devices.default, devices.host])
     lap("rewrite")
 
     stats = PlanStats(
