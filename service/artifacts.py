@@ -27,7 +27,7 @@ Cache key (`cache_key`): the SHA-256 of a canonical JSON document of
 - the TVM version, and a digest of the installed devplan code (the sources of
   `relay`, `solver` and `tvm_bridge`), so an upgrade never reuses an artifact.
 The fields in `UNKEYED_FIELDS` (`timeout_ms`, `explain`, `output_format`,
-`z3_check`, `why`) cannot change the library and are left out. Every request field
+`z3_check`, `why`, `include`) cannot change the library and are left out. Every request field
 is in exactly one of the two lists (a test checks it), so a new field must be
 classified. The key is computed before planning: a hit costs no plan.
 """
@@ -73,11 +73,11 @@ KEYED_FIELDS: tuple[str, ...] = (
 )
 """Request fields that determine the artifact (in the cache key)."""
 
-UNKEYED_FIELDS: tuple[str, ...] = ("timeout_ms", "explain", "output_format", "z3_check", "why")
+UNKEYED_FIELDS: tuple[str, ...] = ("timeout_ms", "explain", "output_format", "z3_check", "why", "include")
 """Request fields that cannot change the artifact: a time limit (a plan that
 finishes is the same plan), the explanation and output format of /plan's text,
-Z3's confirmation of a TVM-mode plan (it cannot change the plan), and
-why-queries (they only read the plan)."""
+Z3's confirmation of a TVM-mode plan (it cannot change the plan),
+why-queries (they only read the plan) and `include` (report fields of the plan)."""
 
 CODE_PACKAGES = ("relay", "solver", "tvm_bridge")
 """The packages whose sources determine a compiled artifact."""

@@ -254,6 +254,15 @@ class PlanRequest(BaseModel):
         "50) and the shortest chain of constraints that decided it, ending in an annotation, a request "
         "pin, a host rule, a parameter/function attribute or the default device.",
     )
+    include: list[Literal["placements"]] = Field(
+        default_factory=list,
+        max_length=1,
+        description='`["placements"]`: the response adds `placements` (every operator call and function '
+        "parameter with its node id, line:column, device and `decided_by`), `copies` (every device_copy with "
+        "its ends and bytes) and `prediction` (the predicted time, in TVM mode the cost model's price of the "
+        "TVM plan): the fields of the placement report (schemas/report.schema.json). Costs a why-answer per "
+        "placement.",
+    )
 
     mode: Literal["tvm", "optimize"] = Field(
         "tvm",
@@ -332,6 +341,7 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
         name="<request>",
         request_id=request_id,
         why=tuple(w.model_dump(exclude_none=True) for w in request.why),
+        include=tuple(request.include),
     )
 
 
@@ -491,6 +501,22 @@ class PlanResponse(BaseModel):
     explanation: list[str] | None = Field(None, description="Present when the request set explain=true.")
     cost: CostOut | None = Field(None, description='Present in `mode: "optimize"`.')
     why: list[WhyResultOut] | None = Field(None, description="One entry per `why` selector of the request.")
+    placements: list[dict[str, Any]] | None = Field(
+        None,
+        description='With `include: ["placements"]`: every operator call, call of a function and function '
+        "parameter: node, kind, name, function, index, line, column, device, decided_by (a why-answer's "
+        "reason), inputs (node ids feeding it). Schema: schemas/report.schema.json.",
+    )
+    copies: list[dict[str, Any]] | None = Field(
+        None,
+        description='With `include: ["placements"]`: every device_copy: src, dst, bytes, line, column, '
+        "from/to (node ids), into_result.",
+    )
+    prediction: dict[str, Any] | None = Field(
+        None,
+        description='With `include: ["placements"]`: predicted_ms (in TVM mode the cost model\'s price of the '
+        "TVM plan), basis (tvm-plan | optimize), reason, copies, bytes_copied, per_device.",
+    )
 
 
 # --------------------------------------------------------------------------
@@ -597,9 +623,13 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = Field(None, description="Schema violations (422 validation-error).")
     # Problem bodies stay under 8 KiB (service.problems.bounded_body): each list keeps its
     # first 20 items and says how many it left out.
-    locations_omitted: int | None = Field(None, description="Locations left out (only the first 20 are sent).")
+    locations_omitted: int | None = Field(
+        None, description="Locations left out (only the first 20 are sent)."
+    )
     constraints_omitted: int | None = Field(None, description="Constraints left out (the first 20 are sent).")
-    errors_omitted: int | None = Field(None, description="Schema violations left out (the first 20 are sent).")
+    errors_omitted: int | None = Field(
+        None, description="Schema violations left out (the first 20 are sent)."
+    )
 
 
 # --------------------------------------------------------------------------

@@ -95,6 +95,8 @@ class PlanJob:
     # Issue 13: selectors to explain (`why`), and the picture's options (None: no picture).
     why: tuple[dict[str, Any], ...]
     picture: dict[str, Any] | None
+    # Issue 22: `("placements",)` adds the placement report's fields to the outcome.
+    include: tuple[str, ...]
 
     def __init__(
         self,
@@ -109,6 +111,7 @@ class PlanJob:
         why: tuple[dict[str, Any], ...] = (),
         picture: dict[str, Any] | None = None,
         language: str | None = None,
+        include: tuple[str, ...] = (),
         **option_fields: Any,
     ) -> None:
         options = options if options is not None else solver.PlanOptions()
@@ -125,6 +128,7 @@ class PlanJob:
             ("why", why),
             ("picture", picture),
             ("language", language),
+            ("include", tuple(include)),
         ):
             object.__setattr__(self, key, value)
 
@@ -190,10 +194,22 @@ class PlanOutcome:
     cost: dict[str, Any] | None = None  # optimize mode: CostReport.to_json()
     why: list[dict[str, Any]] | None = None  # one WhyResult.to_json() per selector
     picture: dict[str, Any] | None = None  # service.picture.Picture.to_json() (DOT, not SVG)
+    # `include: ["placements"]` (issue 22): service.report.Placements' three parts.
+    placements: list[dict[str, Any]] | None = None
+    copies: list[dict[str, Any]] | None = None
+    prediction: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The response body: optional fields only where set (timings are sent apart)."""
-        extra = {"explanation": self.explanation, "cost": self.cost, "why": self.why, "picture": self.picture}
+        extra = {
+            "explanation": self.explanation,
+            "cost": self.cost,
+            "why": self.why,
+            "picture": self.picture,
+            "placements": self.placements,
+            "copies": self.copies,
+            "prediction": self.prediction,
+        }
         return {
             "module": self.module,
             "format": self.format,
@@ -284,9 +300,20 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     config = build_config(job, left_ms, clock)
     _check_at_selectors(job)
     try:
-        result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
-    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError, relay.RelayError,
-            RecursionError) as err:
+        extra = None
+        if "placements" in job.include:
+            from service.report import plan_with_placements
+
+            result, extra = plan_with_placements(module, config, job.why, job.picture is not None)
+        else:
+            result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
+    except (
+        solver.PlanningConflict,
+        solver.SolverTimeout,
+        solver.PlanConfigError,
+        relay.RelayError,
+        RecursionError,
+    ) as err:
         raise _solve_failure(err, job) from None
     t2 = time.perf_counter()
     if job.output_format == "json":
@@ -297,9 +324,16 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     outcome = _outcome(job, result, text, (t0, t1, t2, t3))
     if job.why:
         outcome.why = [w.to_json() for w in result.why]
+    if extra is not None:
+        outcome.placements, outcome.copies, outcome.prediction = (
+            extra.placements,
+            extra.copies,
+            extra.prediction,
+        )
     if job.picture is not None:
         constraints = job.options.constraints
-        outcome.picture = build_picture(module, result, constraints=constraints, **job.picture).to_json()
+        picture = build_picture(module, result, constraints=constraints, config=config, **job.picture)
+        outcome.picture = picture.to_json()
     if job.explain:
         outcome.explanation = explain_success(outcome)
     return outcome
@@ -404,8 +438,13 @@ def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
     config = build_config(job, left_ms, clock)
     try:
         planned = relax_plan.plan_relax(mod, config, source)
-    except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError, relay.RelayError,
-            RecursionError) as err:
+    except (
+        solver.PlanningConflict,
+        solver.SolverTimeout,
+        solver.PlanConfigError,
+        relay.RelayError,
+        RecursionError,
+    ) as err:
         raise _solve_failure(err, job) from None
     t2 = time.perf_counter()
     text = relax_plan.print_relax(planned.module, job.output_format)
@@ -496,7 +535,9 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
         f"{'device':<24} {'operators':>9} {'predicted ms':>13} {'weight bytes':>13}",
     ]
     for name, d in sorted(cost["per_device"].items()):
-        lines.append(f"{name:<24} {d['operator_calls']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}")
+        lines.append(
+            f"{name:<24} {d['operator_calls']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}"
+        )
     for e in cost.get("estimates", ()):
         where = f"{e['line']}:{e['column']}" if e.get("line") is not None else "?:?"
         lines.append(f"estimate at {where}: {e['kind']}: {e['message']}")

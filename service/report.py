@@ -380,18 +380,19 @@ def build_report(response: Mapping[str, Any], placements: Placements, mode: str)
 
 
 def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any, dict[str, Any]]:
-    """Plan `job` (a service.planning.PlanJob) as `devplan plan` does and build
-    its report: (PlanOutcome, report). Raises the same PlanFailure as run_plan."""
+    """Plan `job` (a service.planning.PlanJob) as `devplan plan` does, with
+    `include: ["placements"]`, and build its report: (PlanOutcome, report).
+    Raises the same PlanFailure as run_plan."""
     import time
 
-    from service.planning import build_config, parse_module, run_plan
+    from service.planning import build_config, run_plan
 
     clock = clock or time.monotonic
-    outcome = run_plan(job, clock)
-    module = parse_module(job)
-    config = build_config(job, clock=clock)
-    _, extra = plan_with_placements(module, config)
-    return outcome, build_report(outcome.as_dict(), extra, config.mode)
+    outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
+    assert outcome.placements is not None and outcome.copies is not None and outcome.prediction is not None
+    extra = Placements(outcome.placements, outcome.copies, outcome.prediction)
+    body = {k: v for k, v in outcome.as_dict().items() if k not in ("placements", "copies", "prediction")}
+    return outcome, build_report(body, extra, build_config(job, clock=clock).mode)
 
 
 def report_job(job: Any) -> tuple[Any, int]:

@@ -70,3 +70,24 @@ def test_problems(client: Any, mlp: str) -> None:
         },
     )
     assert conflict.status_code == 422
+
+
+@needs_corpus
+def test_plan_includes_placements_on_request(client: Any, mlp: str) -> None:
+    import jsonschema
+
+    from service.report import load_schema
+
+    plain = client.post("/plan", json={"module": mlp})
+    assert plain.status_code == 200 and "placements" not in plain.json()
+    res = client.post("/plan", json={"module": mlp, "include": ["placements"]})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    _, report = plan_report(PlanJob(module=mlp))
+    assert body["placements"] == report["placements"]
+    assert body["copies"] == report["copies"]
+    assert body["prediction"] == report["prediction"]
+    schema = load_schema()
+    for p in body["placements"]:
+        jsonschema.validate(p, {**schema["$defs"]["placement"], "$defs": schema["$defs"]})
+    assert client.post("/plan", json={"module": mlp, "include": ["everything"]}).status_code == 422
