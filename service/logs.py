@@ -73,7 +73,7 @@ class JsonFormatter(logging.Formatter):
 
 
 DEFAULT_QUEUE_SIZE = 1000
-"""Records a process holds while its log output is blocked (about 1.5 KB each); more are dropped."""
+"""Lines a process holds while its log output is blocked (a few hundred bytes each); more are dropped."""
 
 
 class _Sink:
