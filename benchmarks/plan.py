@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import relay
 import solver
-from relay.ast import Call, Function, GlobalVar, Let, Module, TensorType, Var, op
+from relay.ast import Call, Expr, Function, GlobalVar, Let, MetaRef, Module, TensorType, Var, on_device, op
 from relay.traverse import post_order
 
 CORPUS = (ROOT / ".." / "shared" / "corpus").resolve()
@@ -52,9 +52,23 @@ T = TensorType((4,), "float32")
 def chain(n: int) -> Module:
     """`%i = add(%i-1, %x)`: n nested calls."""
     x = Var("x", T)
-    e = x
+    e: Expr = x
     for _ in range(n):
         e = Call(op("add"), (e, x))
+    return Module(functions=((GlobalVar("main"), Function((x,), e, T)),))
+
+
+def annotated_chain(n: int) -> Module:
+    """`chain(n)` with one `on_device(..., virtual_device=meta[VirtualDevice][0])`
+    in the middle (a meta reference the planner resolves, and an annotation it
+    normalises): a one-node change to a big module (issue 16)."""
+    x = Var("x", T)
+    e: Expr = x
+    device = MetaRef("VirtualDevice", 0)
+    for i in range(n):
+        e = Call(op("add"), (e, x))
+        if i == n // 2:
+            e = on_device(e, device, constrain_body=True, constrain_result=False)
     return Module(functions=((GlobalVar("main"), Function((x,), e, T)),))
 
 
@@ -94,7 +108,7 @@ def many_functions(n: int) -> Module:
         funcs.append((gv, Function((a,), Call(op("add"), (Call(op("negative"), (a,)), a)), T)))
         gvs.append(gv)
     x = Var("x", T)
-    e = x
+    e: Expr = x
     for gv in gvs:
         e = Call(gv, (e,))
     return Module(functions=(*funcs, (GlobalVar("main"), Function((x,), e, T))))
@@ -136,9 +150,14 @@ def count_nodes(module: Module) -> int:
 
 
 def measure(
-    name: str, module: Module, repeat: int, memory: bool, z3_check: bool = False
+    name: str,
+    module: Module,
+    repeat: int,
+    memory: bool,
+    z3_check: bool = False,
+    virtual_devices: tuple[str, ...] = (),
 ) -> dict[str, object]:
-    config = solver.PlanConfig(z3_check=z3_check)
+    config = solver.PlanConfig(z3_check=z3_check, virtual_devices=virtual_devices)
     runs = []
     result = None
     for _ in range(repeat):
@@ -201,6 +220,9 @@ def main() -> None:
         rows.append(measure("adds 10000", chain(10_000), args.repeat, False, z3))
         rows.append(measure("adds 50000", chain(50_000), 1, False, z3))
         rows.append(measure("lets 50000", let_chain(0, lets=50_000), 1, False, z3))
+        # One annotation with a meta reference in the middle of the 50k chain (issue 16).
+        # meta[VirtualDevice][0] is the cpu.
+        rows.append(measure("adds 50000, one annotation", annotated_chain(50_000), 1, False, z3, ("cpu",)))
     header = (
         "case",
         "nodes",
