@@ -117,6 +117,22 @@ def make_worker(settings: Settings, queues: list[str] | None = None, name: str |
     )
 
 
+def wait_for_redis(connection: Any, url: str, max_delay_s: float = 30.0) -> None:
+    """Block until Redis answers (a worker may start before it, as in a compose file): retry
+    with a doubling delay up to `max_delay_s`, logging each failure."""
+    from redis.exceptions import RedisError
+
+    delay = 1.0
+    while True:
+        try:
+            connection.ping()
+            return
+        except RedisError as err:
+            log.warning("Redis at %s does not answer (%s); retrying in %.0f s", url, err, delay)
+        time.sleep(delay)
+        delay = min(2 * delay, max_delay_s)
+
+
 def run_worker(
     settings: Settings, queues: list[str] | None = None, *, burst: bool = False, name: str | None = None
 ) -> int:
@@ -128,6 +144,7 @@ def run_worker(
         log.error("devplan worker needs a queue: set DEVPLAN_QUEUE_URL=redis://host:6379/0 or --queue-url")
         return 1
     worker = make_worker(settings, queues, name)
+    wait_for_redis(worker.connection, settings.queue_url)
     level = settings.log_level.upper()
     log.info(
         "worker %s on %s (queues %s, heartbeat %d s, maintenance %d s, pid %d)",
