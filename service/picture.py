@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,37 +79,8 @@ def copy_sites_with_calls(
     inputs: Sequence[Expr], outputs: Sequence[Expr]
 ) -> list[tuple[Expr | None, Expr, Call]]:
     """`copy_sites` with each site's planned `device_copy` call (its attributes
-    name the source and destination devices)."""
-    sites: list[tuple[Expr | None, Expr, Call]] = []
-    counted: set[int] = set()
-    seen: set[int] = set()
-    stack: list[tuple[Expr | None, Expr, Expr]] = [(None, a, b) for a, b in zip(inputs, outputs)]
-    while stack:
-        parent, a, b = stack.pop()
-        wa = wrapper_op(a)
-        while wrapper_op(b) is not None and wrapper_op(b) != wa:
-            if wrapper_op(b) == "device_copy" and id(b) not in counted:
-                counted.add(id(b))
-                assert isinstance(b, Call)
-                sites.append((parent, a, b))
-            b = b.args[0]  # type: ignore[attr-defined]
-        if wa == "device_copy" and wrapper_op(b) == "device_copy" and id(b) not in counted:
-            counted.add(id(b))  # an input copy the plan keeps
-            assert isinstance(b, Call)
-            sites.append((parent, a, b))
-        if id(a) in seen:
-            continue
-        seen.add(id(a))
-        if wa is not None and wrapper_op(b) != wa:
-            seen.discard(id(a))
-            stack.append((parent, a.args[0], b))  # type: ignore[attr-defined]
-            continue
-        if type(a) is not type(b):
-            continue
-        ka, kb = children(a), children(b)
-        if len(ka) == len(kb):
-            stack.extend((a, x, y) for x, y in zip(ka, kb))
-    return sites
+    name the source and destination devices): `solver.align`'s copies."""
+    return list(solver.align(inputs, outputs).copies)
 
 
 # ---------------------------------------------------------------------------
@@ -146,22 +116,10 @@ class Picture:
 
 
 def _bytes(t: Any) -> int | None:
-    if isinstance(t, ast.TensorType):
-        n = 1
-        for d in t.shape:
-            if not isinstance(d, int):
-                return None
-            n *= d
-        bits = int("".join(ch for ch in t.dtype if ch.isdigit()) or "8")
-        lanes = 1
-        if "x" in t.dtype:
-            lanes = int(t.dtype.rsplit("x", 1)[1] or "1")
-        return n * max(1, math.ceil(bits * lanes / 8))
-    fields = getattr(t, "fields", None)
-    if fields is not None:
-        sizes = [_bytes(f) for f in fields]
-        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
-    return None
+    """Bytes of a value of type `t` (solver.static_type_bytes for tensors, summed over tuples)."""
+    from service.report import value_bytes
+
+    return value_bytes(t)
 
 
 def bytes_text(n: int | None) -> str:
