@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from relay import RelayError
 from service.errors import COMPILE_FAILED, INTERNAL_ERROR, INVALID_CHECK, INVALID_TARGET, UNSUPPORTED_MODULE
 from service.planning import PlanFailure, PlanJob
 
@@ -72,15 +71,6 @@ def _operator_counts(mod: Any) -> tuple[dict[str, int], int]:
     return counts, copies
 
 
-def _bridge_failure(kind: str, err: RelayError) -> PlanFailure:
-    """A tvm_bridge error (a relay.RelayError with a span) as a PlanFailure of `kind`."""
-    span = err.span
-    locations: tuple[dict[str, Any], ...] = ()
-    if span is not None:
-        locations = ({"line": span.line, "column": span.column, "message": err.message},)
-    return PlanFailure(kind, err.message, str(err), locations)
-
-
 def _bridge_step(step: Callable[[], T], kind: str) -> tuple[T, float]:
     """Run one tvm_bridge step: its result and milliseconds; a bad target is
     invalid-target, any other bridge error the step's own `kind`."""
@@ -90,9 +80,9 @@ def _bridge_step(step: Callable[[], T], kind: str) -> tuple[T, float]:
     try:
         out = step()
     except tvm_bridge.TargetError as err:
-        raise _bridge_failure(INVALID_TARGET.slug, err) from None
+        raise PlanFailure.from_relay_error(INVALID_TARGET.slug, err) from None
     except tvm_bridge.BridgeError as err:
-        raise _bridge_failure(kind, err) from None
+        raise PlanFailure.from_relay_error(kind, err) from None
     return out, (time.perf_counter() - start) * 1000
 
 
@@ -119,7 +109,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
         try:
             inputs = random_inputs(module["main"])
         except CheckInputError as err:
-            raise _bridge_failure(INVALID_CHECK.slug, err) from None
+            raise PlanFailure.from_relay_error(INVALID_CHECK.slug, err) from None
     needs_plan = not is_planned(module)
     plan_ms = 0.0
     if needs_plan:

@@ -156,6 +156,23 @@ class PlanFailure(Exception):
         return self.report
 
     @classmethod
+    def from_relay_error(cls, kind: str, err: relay.RelayError) -> PlanFailure:
+        """The failure of a located error (the planner's, the reader's or the
+        bridge's): its span is a location, and its notes (an unclosed bracket's
+        opening) follow as more locations, `note: ...`."""
+        span = err.span
+        message = err.message or str(err)
+        locations = (
+            [{"line": span.line, "column": span.column, "message": message}] if span is not None else []
+        )
+        for note, note_span in getattr(err, "notes", ()):
+            if note_span is not None:
+                locations.append(
+                    {"line": note_span.line, "column": note_span.column, "message": f"note: {note}"}
+                )
+        return cls(kind, message, str(err), tuple(locations))
+
+    @classmethod
     def plain(cls, kind: str, message: str) -> PlanFailure:
         """A failure without locations, reported as `error: <message>`."""
         return cls(kind, message, f"error: {message}")
@@ -258,7 +275,7 @@ def parse_module(job: PlanJob) -> relay.Module:
             module = relay.parse_text(job.module, name=job.name)
         relay.verify(module)
     except relay.RelayError as err:
-        raise _relay_failure(KIND_MALFORMED, err) from None
+        raise PlanFailure.from_relay_error(KIND_MALFORMED, err) from None
     except RecursionError:
         raise PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to read") from None
     except Exception as err:  # a reader bug must not become a 500 for the client
@@ -353,7 +370,7 @@ def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:
     if isinstance(err, relay.RelayError):
         # The planner rejecting the module for a reason other than a conflict
         # (e.g. a malformed annotation): the module is at fault, not the server.
-        return _relay_failure(KIND_MALFORMED, err)
+        return PlanFailure.from_relay_error(KIND_MALFORMED, err)
     return PlanFailure.plain(KIND_MALFORMED, "module nests too deeply to plan")
 
 
@@ -430,7 +447,7 @@ def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
     try:
         mod, source = relax_plan.read_relax(job.module, fmt)
     except relay.RelayError as err:
-        raise _relay_failure(KIND_MALFORMED, err) from None
+        raise PlanFailure.from_relay_error(KIND_MALFORMED, err) from None
     t1 = time.perf_counter()
     left_ms = job.timeout_ms - int((clock() - start) * 1000)
     if left_ms <= 0:
@@ -542,19 +559,6 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
         where = f"{e['line']}:{e['column']}" if e.get("line") is not None else "?:?"
         lines.append(f"estimate at {where}: {e['kind']}: {e['message']}")
     return lines
-
-
-def _relay_failure(kind: str, err: relay.RelayError) -> PlanFailure:
-    """The failure of a located error; its notes (an unclosed bracket's opening) follow
-    as more locations, `note: ...`."""
-    line, column = _span_lc(err.span)
-    message = err.message or str(err)
-    locations = [{"line": line, "column": column, "message": message}] if line is not None else []
-    for note, span in getattr(err, "notes", ()):
-        note_line, note_column = _span_lc(span)
-        if note_line is not None:
-            locations.append({"line": note_line, "column": note_column, "message": f"note: {note}"})
-    return PlanFailure(kind, message, str(err), tuple(locations))
 
 
 def _conflict_failure(err: solver.PlanningConflict) -> PlanFailure:

@@ -59,3 +59,17 @@ def test_fused_operators_count_where_their_call_runs() -> None:
     with pytest.raises(solver.PlanningConflict) as info:
         check_support(result.module, {"cuda": ["nn.conv2d"]}, DEVICES)
     assert info.value.constraints and all("nn.conv2d" in c.description for c in info.value.constraints)
+
+
+def test_tvm_mode_plan_refuses_unsupported_placement_and_optimize_mode_avoids_it() -> None:
+    path = CORPUS / "mlp.relay"
+    if not path.exists():
+        pytest.skip(f"corpus not found at {CORPUS}")
+    module = relay.parse_text(path.read_text(), name=str(path))
+    support = {"cuda": {"unsupported": ["nn.dense"]}}
+    with pytest.raises(solver.PlanningConflict) as info:
+        solver.plan(module, solver.PlanConfig(op_support=support))
+    assert {c.kind for c in info.value.constraints} == {"operator support"}
+    assert 'mode: "optimize"' in info.value.message
+    result = solver.plan(module, solver.PlanConfig(op_support=support, mode="optimize"))
+    assert result.cost is not None

@@ -8,15 +8,19 @@ conv2d (issue 18, checked with TVM 0.19).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 import relay
+import solver
 from solver.steps.tvm_ops import TVM_019_OPERATORS
 from solver.steps.typecheck import TypeReport, check_operator_names, type_check
 
 from ._corpus import CORPUS
 
 T4 = "Tensor[(4), float32]"
+Mode = Literal["tvm", "optimize"]
 
 
 def _check(text: str) -> TypeReport:
@@ -120,3 +124,45 @@ def test_the_operator_table_is_tvm_0_19s() -> None:
     # Names our relation table knows but TVM 0.19 does not register (Python-side
     # compositions in TVM), and typos.
     assert not {"negatve", "nn.dnse", "logsumexp", "std"} & TVM_019_OPERATORS
+
+
+# ---- through solver.plan (both modes)
+
+
+@pytest.mark.parametrize("mode", ["tvm", "optimize"])
+def test_plan_refuses_an_ill_typed_module_unless_told_not_to_check(mode: Mode) -> None:
+    module = relay.parse_text(f"def @main(%x: {T4}, %y: Tensor[(5), float32]) {{\n  add(%x, %y)\n}}")
+    with pytest.raises(relay.TypeInferenceError):
+        solver.plan(module, solver.PlanConfig(mode=mode))
+    result = solver.plan(module, solver.PlanConfig(mode=mode, check_types=False))
+    assert result.unchecked_ops == ()
+
+
+@pytest.mark.parametrize("mode", ["tvm", "optimize"])
+def test_plan_refuses_an_unregistered_operator_even_without_type_check(mode: Mode) -> None:
+    module = relay.parse_text(f"def @main(%x: {T4}) {{\n  negatve(%x)\n}}")
+    with pytest.raises(relay.ParseError, match="negatve"):
+        solver.plan(module, solver.PlanConfig(mode=mode, check_types=False))
+
+
+def test_plan_lists_unchecked_operators() -> None:
+    from relay.infer.relations import RELATIONS
+
+    name = min(n for n in TVM_019_OPERATORS - set(RELATIONS) if n.startswith("nn."))
+    result = solver.plan(relay.parse_text(f"def @main(%x: {T4}) {{ exp({name}(%x)) }}"), solver.PlanConfig())
+    assert result.unchecked_ops == (name,)
+
+
+def test_module_without_main_plans_with_a_notice() -> None:
+    module = relay.parse_text(f"def @f(%x: {T4}) {{ negative(%x) }}\ndef @g(%y: {T4}) {{ exp(%y) }}")
+    result = solver.plan(module, solver.PlanConfig())
+    assert set(result.functions) == {"f", "g"}
+    assert len(result.notices) == 1 and "no @main" in result.notices[0] and "@f, @g" in result.notices[0]
+    with_main = solver.plan(relay.parse_text(f"def @main(%x: {T4}) {{ negative(%x) }}"), solver.PlanConfig())
+    assert with_main.notices == ()
+
+
+def test_check_types_must_be_a_boolean() -> None:
+    module = relay.parse_text(f"def @main(%x: {T4}) {{ negative(%x) }}")
+    with pytest.raises(solver.PlanConfigError, match="check_types"):
+        solver.plan(module, solver.PlanConfig(check_types="no"))  # type: ignore[arg-type]
