@@ -569,7 +569,7 @@ def cmd_diff(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
         before = _side_report(args.before, args, clock)
         after = _side_report(args.after, args, clock)
     except PlanFailure as failure:
-        sys.stderr.write(failure.report.rstrip("\n") + "\n")
+        sys.stderr.write(flag_words(failure.report).rstrip("\n") + "\n")
         return kind_of(failure.kind).exit_code
     result = diff.diff_reports(before, after)
     checked = diff.check_rules(result, rules)
