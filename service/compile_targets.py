@@ -13,11 +13,13 @@ them against the bridge where TVM is installed.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from relay.device import target_options
@@ -30,17 +32,42 @@ _DROPPED = {"keys", "tag"}
 
 @functools.lru_cache(maxsize=1)
 def _nvcc_archs() -> tuple[int, ...]:
-    """The sm_NN numbers the installed nvcc builds for; () without nvcc (as the bridge)."""
+    """The sm_NN numbers the installed nvcc builds for; () without nvcc (as the bridge).
+
+    Asking nvcc takes about 0.35 s, which every `devplan plan` would pay; the answer is
+    kept in the user's cache directory, keyed by nvcc's path, size and modification time.
+    """
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return ()
+    real = os.path.realpath(nvcc)
+    try:
+        info = os.stat(real)
+    except OSError:
+        return ()
+    key = f"{real}:{info.st_size}:{info.st_mtime_ns}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "devplan" / "nvcc-archs.json"
+    try:
+        stored = json.loads(cache.read_text())
+        if stored.get("key") == key:
+            return tuple(int(n) for n in stored["archs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     try:
         out = subprocess.run(
-            [nvcc, "--list-gpu-arch"], check=False, capture_output=True, text=True, timeout=30
+            [real, "--list-gpu-arch"], check=False, capture_output=True, text=True, timeout=30
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
-    return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", out)}))
+    archs = tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", out)}))
+    try:  # best effort: a read-only home only costs the next process the same 0.35 s
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"key": key, "archs": archs}))
+        partial.replace(cache)
+    except OSError:
+        pass
+    return archs
 
 
 def compile_target(target: str | None, device_type: str) -> str | None:

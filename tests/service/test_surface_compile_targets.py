@@ -3,6 +3,7 @@ by the TVM bridge's own rules (checked against the bridge where TVM is installed
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,3 +55,31 @@ def test_the_rules_are_the_bridges(target: str | None, device_type: str) -> None
         tvm_bridge.target_dict(target) if target is not None else tvm_bridge.target_map()[device_type]
     )
     assert tvm_bridge.target_dict(built) == expected
+
+
+def test_the_nvcc_answer_is_kept_between_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking nvcc costs every `devplan plan` a third of a second; the answer is cached by
+    nvcc's path, size and mtime."""
+    import json
+
+    from service import compile_targets as ct
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho compute_80 compute_90\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ct._nvcc_archs.cache_clear()
+    try:
+        assert ct._nvcc_archs() == (80, 90)
+        cached = tmp_path / "cache" / "devplan" / "nvcc-archs.json"
+        stored = json.loads(cached.read_text())
+        cached.write_text(json.dumps({**stored, "archs": [86]}))  # what a later process finds
+        ct._nvcc_archs.cache_clear()
+        assert ct._nvcc_archs() == (86,)
+        assert compile_target("cuda -arch=sm_80", "cuda") == f"cuda -arch={ct.DEFAULT_CUDA_ARCH}"
+        assert compile_target("cuda -arch=sm_86", "cuda") == "cuda -arch=sm_86"
+    finally:
+        ct._nvcc_archs.cache_clear()
