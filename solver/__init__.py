@@ -10,9 +10,11 @@ answers and pictures share.
 from .api import plan
 from .config import MODES, DeviceSpec, Mode, PlanConfig, check_config, complete_spec, resolve_device
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
-from .optimize.cost_model import CostTable, cost_key
+from .optimize.cost_model import CostTable, cost_key, ns_to_ms
+from .optimize.problem import device_setup, kernel_costs
 from .optimize.report import CostReport, DeviceCost
-from .optimize.sizes import Estimate, dtype_bytes, module_types, static_type_bytes
+from .optimize.run import Evaluation, evaluate_planned
+from .optimize.sizes import Estimate, Sizes, dtype_bytes, module_types, static_type_bytes
 from .options import PlanOptions
 from .result import Answer, ConstraintLog, PlanResult, PlanStats, Step, WhyResult, answer_lines
 from .selectors import Alignment, Selector, align, input_roots, node_ids, planned_roots, resolve, wrapper_op
@@ -28,6 +30,7 @@ __all__ = [
     "DeviceCost",
     "DeviceSpec",
     "Estimate",
+    "Evaluation",
     "Mode",
     "PlanConfig",
     "PlanConfigError",
@@ -36,6 +39,7 @@ __all__ = [
     "PlanStats",
     "PlanningConflict",
     "Selector",
+    "Sizes",
     "SolverTimeout",
     "Step",
     "WhyResult",
@@ -44,10 +48,14 @@ __all__ = [
     "check_config",
     "complete_spec",
     "cost_key",
+    "device_setup",
     "dtype_bytes",
+    "evaluate_planned",
     "input_roots",
+    "kernel_costs",
     "module_types",
     "node_ids",
+    "ns_to_ms",
     "plan",
     "planned_roots",
     "resolve",
