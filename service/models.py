@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 import solver
 from relay.detect import detect_encoding, detect_language
 from service.planning import PlanJob
+from service.problems import VALIDATION_ERROR, ProblemError
 from service.units import ByteSize
 
 if TYPE_CHECKING:
@@ -326,8 +327,6 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
     above the server's `max_timeout_ms` is a 422 validation-error stating the limit
     (not silently capped)."""
     if request.timeout_ms is not None and request.timeout_ms > settings.max_timeout_ms:
-        from service.problems import VALIDATION_ERROR, ProblemError
-
         msg = f"Input should be less than or equal to {settings.max_timeout_ms} (this server's DEVPLAN_MAX_TIMEOUT_MS)"
         error = {"loc": ["body", "timeout_ms"], "msg": msg, "type": "less_than_equal"}
         raise ProblemError(VALIDATION_ERROR, f"body.timeout_ms: {msg}", errors=[error])
