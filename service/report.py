@@ -385,60 +385,19 @@ def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any
     Raises the same PlanFailure as run_plan."""
     import time
 
-    from service.planning import build_config, run_plan
+    from service.planning import run_plan
 
     clock = clock or time.monotonic
     outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
-    assert outcome.placements is not None and outcome.copies is not None and outcome.prediction is not None
-    extra = Placements(outcome.placements, outcome.copies, outcome.prediction)
-    body = {k: v for k, v in outcome.as_dict().items() if k not in ("placements", "copies", "prediction")}
-    return outcome, build_report(body, extra, build_config(job, clock=clock).mode)
+    return outcome, report_from_response(outcome.as_dict(), job.options.mode)
 
 
-def report_job(job: Any) -> tuple[Any, int]:
-    """`job` (a PlanJob) with a why-selector per placement appended, and how many
-    selectors were the job's own: planned in a worker like any job, its response
-    carries every placement's device and `decided_by` (`report_from_response`).
-    Raises PlanFailure (malformed-module) like run_plan."""
-    from service.planning import parse_module
-
-    graph = PlacementGraph(parse_module(job))
-    return dataclasses.replace(job, why=(*job.why, *placement_selectors(graph))), len(job.why)
-
-
-def report_from_response(job: Any, response: Mapping[str, Any], own_why: int) -> dict[str, Any]:
-    """The report of `job` from the /plan response of `report_job(job)` (planned
-    module included): placements from its why-answers, copies from its planned
-    module, the prediction from its cost or the cost model."""
-    from service.planning import build_config, parse_module
-
-    module = parse_module(job)
-    graph = PlacementGraph(module)
-    answers = {a["node"]: a for w in (response.get("why") or [])[own_why:] for a in w["answers"]}
-    body = dict(response)
-    if own_why:
-        body["why"] = list(response["why"][:own_why])
-    else:
-        body.pop("why", None)
-    placements = [_placement(g, answers.get(g.node)) for g in graph.nodes]
-    planned = (
-        relay.load_json(response["module"])
-        if response["format"] == "json"
-        else relay.parse_text(response["module"])
-    )
-    try:
-        types: Any = relay.infer_types(module, check_annotations=False)
-    except relay.RelayError:
-        types = None
-    copies = [e.to_json() for e in graph.copies(planned, types)]
-    config = build_config(job)
-    cost = response.get("cost")
-    predicted: dict[str, Any] = _counts(placements, copies, "optimize" if cost else "tvm-plan")
-    if cost:
-        predicted["predicted_ms"] = cost["predicted_ms"]
-    else:
-        predicted.update(_price_tvm_plan(planned, config))
-    return build_report(body, Placements(placements, copies, predicted), config.mode)
+def report_from_response(response: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """The report of a plan from its /plan response body made with
+    `include: ["placements"]` (the module is left out)."""
+    body = {k: v for k, v in response.items() if k not in ("placements", "copies", "prediction")}
+    extra = Placements(list(response["placements"]), list(response["copies"]), dict(response["prediction"]))
+    return build_report(body, extra, mode)
 
 
 def _placement(g: GraphNode, answer: Mapping[str, Any] | None) -> dict[str, Any]:

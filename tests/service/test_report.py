@@ -125,18 +125,19 @@ def test_copies_name_their_ends_and_bytes() -> None:
 @needs_corpus
 @pytest.mark.parametrize("mode", ["tvm", "optimize"])
 def test_report_from_a_worker_response_is_the_same_report(mode: str) -> None:
-    """The service path (why-selectors planned in a worker, the report built from
-    the response) gives the CLI's report."""
+    """The service path (a worker plans with include: ["placements"], the report
+    is built from the response body) gives the CLI's report."""
+    import dataclasses
+
     from service.planning import run_plan_safely
-    from service.report import report_from_response, report_job
+    from service.report import report_from_response
 
     text = (CORPUS / "mlp.annotated.relay").read_text()
     pin = {"select": {"op": "nn.softmax"}, "device": "cpu"}
     job = PlanJob(module=text, mode=mode, constraints=(pin,), why=({"op": "nn.dense"},))
     _, direct = plan_report(job)
-    with_selectors, own = report_job(job)
-    response = run_plan_safely(with_selectors)["ok"]
-    served = report_from_response(job, response, own)
+    response = run_plan_safely(dataclasses.replace(job, include=("placements",)))["ok"]
+    served = report_from_response(response, mode)
     assert VALIDATOR.is_valid(served)
     for rep in (direct, served):
         rep["solver"].pop("time_ms")

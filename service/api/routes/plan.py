@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 from typing import Annotated, Any
 
@@ -135,7 +135,7 @@ async def _side_report(
     side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics, name: str
 ) -> dict[str, Any]:
     """A report as it is, or the report of a request planned in the pool."""
-    from service.report import REPORT_VERSION, report_from_response, report_job
+    from service.report import REPORT_VERSION, report_from_response
 
     if isinstance(side, ReportIn):
         if side.report_version != REPORT_VERSION:
@@ -152,15 +152,11 @@ async def _side_report(
             )
         return side.model_dump()
     job = to_plan_job(side, settings, request_id=current_request_id())
-    try:
-        with_selectors, own = await asyncio.to_thread(report_job, job)
-    except PlanFailure as failure:
-        raise failure_to_problem(failure) from None
-    result = await submit_plan(with_selectors, pool, metrics, count_busy=False)
+    job = dataclasses.replace(job, include=("placements",))
+    result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
-    report: dict[str, Any] = await asyncio.to_thread(report_from_response, job, result["ok"], own)
-    return report
+    return report_from_response(result["ok"], job.options.mode)
 
 
 @router.post(
