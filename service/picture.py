@@ -1,18 +1,24 @@
-"""A picture of a placement (issue 13): the data-flow graph of each function
-as Graphviz DOT, rendered to SVG by `dot`.
+"""A picture of a placement (issues 13 and 22): the data-flow graph of each
+function as Graphviz DOT, rendered to SVG by `dot`, readable at screen size.
 
 Nodes are the input module's operator calls, calls of functions, `if`/`match`,
 parameters and each function's result, labelled with their node ids (the
-post-order ids of `solver.selectors`) and filled with their device's color; copies
-are marked edges labelled with the bytes copied (from inferred types); pinned
-nodes (annotations, request pins) are outlined. Over `max_nodes` operators,
-runs of operators on one device (a chain with no branch) collapse into one
-node that carries its count; `expand` lists node ids whose runs stay open.
+post-order ids of `solver.node_ids`) and filled with their device's color.
+Weights and constants fold into their consumer (`_fold`: a constant, or a
+parameter whose one consumer is an operator taking it after its first
+argument): the consumer shows `+N weights`, lists the folded ids in its tooltip
+and carries a `fold-{ID}` class per weight, so the explore page can still pin
+them. Copies are red edges labelled with the bytes copied (from inferred
+types); pinned nodes (annotations, request pins) are outlined. Over `max_nodes`
+operators (60), runs of operators on one device (a chain with no branch)
+collapse into one node with its count and predicted time (the optimize mode's
+cost model); copies and pins never collapse, and `expand` lists node ids whose
+runs stay open. The legend explains every mark.
 
 The SVG is structured for tests and the explore page: every node is
 `<g id="n{ID}" class="node ...">` (a collapsed run `id="g{first ID}"` with the
 class `collapsed count-{N}`), its device in a class `dev-{index}`; every copy
-edge has the class `copy`.
+edge has the class `copy`; legend entries are `legend-device` or `legend-mark`.
 """
 
 from __future__ import annotations
