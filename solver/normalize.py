@@ -20,6 +20,7 @@ from relay.traverse import children, rewrite, walk
 
 from .deadline import MASK, Deadline
 from .domains import FREE
+from .tvm_reading import tvm_copy_props
 
 
 def make_on_device(body: Expr, device: VirtualDevice, constrain_result: bool, constrain_body: bool) -> Call:
@@ -168,7 +169,7 @@ def copy_conflicting_inputs(
         op = node.op
         wrapper = type(op) is Op and op.name in _WRAPPER_OPS
         od = on_device_props(node) if wrapper else None
-        dc = ast.device_copy_props(node) if wrapper else None
+        dc = tvm_copy_props(node) if wrapper else None  # nested copies read as TVM 0.19 does
         if od is not None and isinstance(od.virtual_device, VirtualDevice):
             if od.constrain_body:
                 body_dev = od.virtual_device

@@ -37,17 +37,7 @@ def _spots(entries: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-NEEDS_FINDER = pytest.mark.xfail(
-    strict=True,
-    reason="the conflicting-inputs finder (solver/normalize.py) must read nested copies as TVM does "
-    "(notes/REQUESTS.md, correct -> structure, 11:45)",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=NEEDS_FINDER) if n == "dc_of_noop_dc" else n for n in sorted(VERDICTS["cases"])],
-)
+@pytest.mark.parametrize("name", sorted(VERDICTS["cases"]))
 def test_divergence_case_verdict(name: str) -> None:
     case = VERDICTS["cases"][name]
     module = _read(name)
