@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import relay
 from service.examples import CONFLICT, CPU_ANNOTATION, PLAIN, PLAN_EXAMPLES
 from service.problems import ALL_KINDS, PROBLEM_MEDIA_TYPE, TYPE_BASE
+from service.units import parse_bytes
 
 PROBLEM_TYPES = {k.slug: k.type for k in ALL_KINDS}
 
@@ -121,7 +122,7 @@ def test_optimize_support_conflict_example_names_pin_and_rule(client: Any) -> No
 
 def test_optimize_budget_example_respects_the_budget(client: Any) -> None:
     request = example("optimize_budget")
-    budget = request["device_profiles"]["cuda"]["memory_bytes"]
+    budget = parse_bytes(request["device_profiles"]["cuda"]["memory_bytes"])  # "8MiB"
     r = client.post("/plan", json=request)
     assert r.status_code == 200, r.text[:2000]
     cost = r.json()["cost"]
@@ -158,7 +159,7 @@ def test_cost_table_moves_an_operator(client: Any) -> None:
     assert set(before["per_device"]) == {"cpu"}
     table = {"version": 1, "entries": [{"key": key, "device": "cpu", "ns": 10**9}]}
     after = client.post("/plan", json={**request, "cost_table": table}).json()["cost"]
-    assert after["per_device"]["cuda"]["operators"] == 1 and "cpu" not in after["per_device"]
+    assert after["per_device"]["cuda"]["operator_calls"] == 1 and "cpu" not in after["per_device"]
     assert after["predicted_ms"] < 1000
 
 
