@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -97,9 +98,11 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
 
     import relay
     import tvm_bridge
-    from service.planning import parse_module, run_plan
+    from service.planning import job_language, parse_module, run_plan
     from tvm_bridge.check import CheckInputError, is_planned, max_abs_error, random_inputs, strip_devices
 
+    if job_language(job.plan) == "relax":
+        return _compile_relax(job)
     module = parse_module(job.plan)
     inputs = None
     if job.run_check:  # a user mistake is found before minutes of compiling
@@ -149,6 +152,65 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
             "device_copies": copies,
             "plan_ms": round(plan_ms, 3),
             "lower_ms": round(lower_ms, 3),
+            "compile_ms": round(compile_ms, 3),
+            "check": check,
+        },
+    }
+
+
+def _compile_relax(job: CompileJob) -> dict[str, Any]:
+    """`compile_request` for a Relax module (issue 21): planned (always: a planned
+    module re-plans unchanged), the planned IRModule compiled as it is, the run
+    check against the module without its devices."""
+    import hashlib
+
+    import tvm_bridge
+    from service.planning import detect_format, run_plan
+    from tvm_bridge import relax_plan
+    from tvm_bridge.check import CheckInputError, max_abs_error, random_inputs
+
+    start = time.perf_counter()
+    outcome = run_plan(dataclasses.replace(job.plan, output_format="json", explain=False))
+    planned, _ = relax_plan.read_relax(outcome.module, "json")
+    plan_ms = (time.perf_counter() - start) * 1000
+    original, _ = relax_plan.read_relax(job.plan.module, job.plan.input_format or detect_format(job.plan.module))
+    inputs = None
+    if job.run_check:
+        translation = relax_plan.translate(original)
+        if "main" not in translation.functions:
+            message = "the run check calls main and the module has none: add main, or turn run_check off"
+            raise PlanFailure.plain(INVALID_CHECK.slug, message)
+        try:
+            inputs = random_inputs(translation.functions["main"])
+        except CheckInputError as err:
+            raise PlanFailure.from_relay_error(INVALID_CHECK.slug, err) from None
+    compiled, compile_ms = _bridge_step(
+        lambda: tvm_bridge.compile(planned, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
+    )
+    counts, copies = _operator_counts(planned)
+    devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(planned)]
+    library = Path(job.library)
+    compiled.export_library(library)
+    data = library.read_bytes()
+    check: dict[str, Any] | None = None
+    if inputs is not None:
+        missing = [str(d) for d in compiled.devices if not d.exist]
+        if missing:
+            check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
+        else:
+            result = tvm_bridge.run(compiled, inputs)
+            bare = tvm_bridge.compile(relax_plan.strip_devices(original), job.targets, cuda_arch=job.cuda_arch)
+            check = {"max_abs_error": max_abs_error(result, tvm_bridge.run(bare, inputs))}
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_bytes": len(data),
+        "report": {
+            "planned": True,
+            "devices": devices,
+            "functions_per_device": counts,
+            "device_copies": copies,
+            "plan_ms": round(plan_ms, 3),
+            "lower_ms": 0.0,
             "compile_ms": round(compile_ms, 3),
             "check": check,
         },

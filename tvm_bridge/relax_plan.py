@@ -29,6 +29,15 @@ from solver.selectors import node_id_of
 from .relax_translate import Translation, translate
 from .relax_write import Placement, read_placement, write_back
 
+__all__ = [
+    "RelaxPlan",
+    "plan_relax",
+    "print_relax",
+    "read_relax",
+    "strip_devices",
+    "translate",
+]
+
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "<relax>"
@@ -213,4 +222,4 @@ def strip_devices(mod: Any) -> Any:
         else:
             funcs[gv] = f
     infos = {k: v for k, v in mod.global_infos.items() if k != "vdevice"} if mod.global_infos else {}
-    return tvm.IRModule(funcs, mod.attrs, infos)
+    return relax.transform.Normalize()(tvm.IRModule(funcs, mod.attrs, infos))

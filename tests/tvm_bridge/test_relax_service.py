@@ -176,3 +176,20 @@ def test_cli_plans_relax_json_to_json_and_without_tvm_exits_1(tmp_path: Path) ->
     )
     assert done.returncode == 1, done.stderr
     assert "pip install 'devplan[tvm]'" in done.stderr
+
+
+def test_compile_plans_and_builds_a_relax_module(tmp_path: Path) -> None:
+    settings = Settings(pool_kind="thread", pool_size=1, artifact_dir=tmp_path)
+    body = {"module": MODULE, "default_device": "cpu:0", "host_device": "cpu:0", "run_check": True}
+    two_devices = MODULE.replace("R.exp(b)", "R.exp(R.hint_on_device(a, R.device(1, 0)))")
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        r = c.post("/compile", json=body)
+        assert r.status_code == 200, r.text
+        report = r.json()["report"]
+        assert report["devices"] == ["llvm:0", "llvm:1"]
+        assert report["check"]["max_abs_error"] <= 1e-6
+        assert c.post("/compile", json=body).json()["cache_hit"] is True
+        r = c.post("/compile", json={**body, "module": two_devices})
+        assert r.status_code == 200, r.text
+        assert r.json()["report"]["device_copies"] >= 1
+        assert r.json()["report"]["check"]["max_abs_error"] <= 1e-6
