@@ -56,7 +56,7 @@ def make_plan(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise SystemExit(f"{spec['model']}: the request is not an optimize-mode request")
     cost = result.cost.to_json()
     stable = {key: cost[key] for key in STABLE_COST_FIELDS}
-    stable["per_device_operators"] = {name: d["operators"] for name, d in cost["per_device"].items()}
+    stable["per_device_operators"] = {name: d["operator_calls"] for name, d in cost["per_device"].items()}
     return relay.print_text(result.module), stable
 
 
