@@ -17,7 +17,7 @@ from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
 from .search import Candidate, coarsen, expand, obvious_plans
 from .search_milp import milp_solve
-from .z3_encoding import encode, read_assignment
+from .z3_encoding import Encoding
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +71,29 @@ def _cut(
 def _z3_optimize(
     problem: Problem, weights: Weights, start: Solution | None, deadline: Deadline
 ) -> Solution | None:
-    """Z3 Optimize (weighted MaxSAT) with half the time left; None when
-    infeasible. On time-out: the best plan Z3 or the warm start has (its bound
-    is the caller's), or SolverTimeout when there is none."""
-    lines, soft, _, nvars = encode(problem, weights, track=False)
-    ctx = z3.Context()
-    opt = z3.Optimize(ctx=ctx)
+    """Z3 Optimize (weighted MaxSAT over `Encoding`) with half the time left,
+    and with a warm start the bound `objective < start` (only better plans);
+    None when infeasible (without a start). On time-out: the best plan Z3 or
+    the warm start has (its bound is the caller's), or SolverTimeout when
+    there is none."""
+    enc = Encoding(problem, weights, track=False)
+    opt = z3.Optimize(ctx=enc.ctx)
     # Half the time left: the rest is for the rewrite and the TVM-mode prediction.
     opt.set("timeout", max(1, deadline.remaining_ms() // 2))
-    opt.from_string("\n".join(lines + soft))
+    opt.add(*enc.constraints())
+    for lit, weight in enc.soft:
+        opt.add_soft(z3.Not(lit), weight)
+    if start is not None:
+        opt.add(enc.objective() < start.objective - enc.constant(weights))
     result = opt.check()
     if result == z3.unsat:
+        if start is not None:  # nothing beats the warm start: it is optimal
+            return dataclasses.replace(start, lower=start.objective, method="z3", variables=enc.variables)
         return None
     if result == z3.sat:
-        assign = read_assignment(opt.model().sexpr(), problem)
+        assign = enc.read(opt.model())
         value = evaluate(problem, weights, assign)[0]
-        return Solution(assign, value, value, "z3", nvars)
+        return Solution(assign, value, value, "z3", enc.variables)
     # Time-out: the best model Z3 has, or the warm start; the bound stays the relaxation's.
     best = start
     try:
@@ -94,18 +101,18 @@ def _z3_optimize(
     except z3.Z3Exception:
         model = None
     if model is not None:
-        assign = read_assignment(model.sexpr(), problem)
+        assign = enc.read(model)
         if not budget_violations(problem, assign) and all(
             assign[c] in ok for c, ok in enumerate(problem.allowed)
         ):
             value = evaluate(problem, weights, assign)[0]
             if best is None or value < best.objective:
-                best = Solution(assign, value, start.lower if start else 0, "z3 (time-out)", nvars)
+                best = Solution(assign, value, start.lower if start else 0, "z3 (time-out)", enc.variables)
     if best is None:
         raise SolverTimeout(
             f"Z3 found no plan in the time left ({opt.reason_unknown()})", opt.reason_unknown()
         )
-    return dataclasses.replace(best, variables=nvars, method="z3 (time-out)")
+    return dataclasses.replace(best, variables=enc.variables, method="z3 (time-out)")
 
 
 def _relaxation_bound(problem: Problem, weights: Weights) -> int:

@@ -250,3 +250,30 @@ def test_no_time_for_highs_still_answers_with_a_valid_bound() -> None:
     assert solution.lower <= found[0] <= solution.objective
     for plan in obvious_plans(problem, weights):
         assert solution.objective <= plan.objective
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_z3_encoding_agrees_with_evaluate_and_budgets(seed: int) -> None:
+    # The pseudo-Boolean budgets (weights, copies in, the largest intermediate
+    # as a staircase) and the objective term, against the problem's own
+    # functions, on sampled assignments (every device in the domain: track).
+    import z3
+
+    from solver.optimize.z3_encoding import Encoding
+
+    problem = random_problem(200 + seed, 3, 6, budgets=True, pins=False)
+    weights = Weights.of(problem)
+    rng = random.Random(seed)
+    enc = Encoding(problem, weights, track=False)
+    for _ in range(40):
+        assign = [rng.choice(ok) for ok in problem.allowed]
+        checker = enc.solver(10_000)
+        obj = z3.Int("obj", enc.ctx)
+        checker.add(obj == enc.objective())
+        checker.add(*(enc.lits[c][d] for c, d in enumerate(assign)))
+        fits = not budget_violations(problem, assign)
+        result = checker.check()
+        assert (result == z3.sat) == fits
+        if fits:
+            value = checker.model().eval(obj).as_long() + enc.constant(weights)
+            assert value == evaluate(problem, weights, assign)[0]
