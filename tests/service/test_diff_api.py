@@ -62,6 +62,15 @@ def test_problems(client: Any, mlp: str) -> None:
     assert bad_rule.status_code == 422 and "unknown rule" in bad_rule.json()["detail"]
     neither = client.post("/plan/diff", json={"before": {"placements": []}, "after": {"module": mlp}})
     assert neither.status_code == 422
+    _, report = plan_report(PlanJob(module=mlp))
+    for broken in (
+        {**report, "report_version": 2},
+        {**report, "placements": [{**report["placements"][0], "node": "x"}]},
+        {**report, "copies": [{"src": "cpu"}]},
+    ):
+        res = client.post("/plan/diff", json={"before": broken, "after": report})
+        assert res.status_code == 422, res.text
+        assert res.json()["type"].endswith("/validation-error")
     conflict = client.post(
         "/plan/diff",
         json={

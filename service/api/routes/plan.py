@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
@@ -104,21 +104,63 @@ def plan_response(response: PlanResponse) -> JSONResponse:
 # POST /plan/diff (issue 22)
 
 
+class PlacementIn(BaseModel):
+    """One placement of a report (schemas/report.schema.json, `$defs.placement`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    node: int = Field(..., ge=0)
+    kind: Literal["operator", "call", "parameter"]
+    name: str = Field(..., max_length=4096)
+    function: str = Field(..., max_length=4096)
+    index: int | None = Field(None, ge=0)
+    line: int | None = None
+    column: int | None = None
+    device: str = Field(..., max_length=1024)
+    decided_by: str | None = Field(None, max_length=256)
+    inputs: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+
+
+class CopyIn(BaseModel):
+    """One copy of a report (`$defs.copy`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    src: str = Field(..., max_length=1024)
+    dst: str = Field(..., max_length=1024)
+    bytes: int | None = Field(None, ge=0)
+    line: int | None = None
+    column: int | None = None
+    from_: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, alias="from")
+    to: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    into_result: str | None = Field(None, max_length=4096)
+
+
+class PredictionIn(BaseModel):
+    """The prediction of a report."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    predicted_ms: float | None = Field(None, ge=0)
+
+
 class ReportIn(BaseModel):
     """A placement report (`devplan plan --report`; schemas/report.schema.json)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
-    report_version: int = Field(..., description="The report format (1).")
-    placements: list[dict[str, Any]] = Field(..., description="Every placement of the plan.")
-    copies: list[dict[str, Any]] = Field(default_factory=list, description="Every device_copy of the plan.")
-    prediction: dict[str, Any] = Field(default_factory=dict, description="The predicted run time.")
+    report_version: Literal[1] = Field(..., description="The report format (1).")
+    placements: list[PlacementIn] = Field(
+        ..., max_length=10_000_000, description="Every placement of the plan."
+    )
+    copies: list[CopyIn] = Field(default_factory=list, description="Every device_copy of the plan.")
+    prediction: PredictionIn = Field(default_factory=PredictionIn, description="The predicted run time.")
 
 
 class PlanDiffRequest(BaseModel):
     """Two plans to compare: each a /plan request (planned here) or a report."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     before: PlanRequest | ReportIn = Field(..., description="The plan before the change.")
     after: PlanRequest | ReportIn = Field(..., description="The plan after the change.")
@@ -132,25 +174,14 @@ class PlanDiffRequest(BaseModel):
 
 
 async def _side_report(
-    side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics, name: str
+    side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics
 ) -> dict[str, Any]:
     """A report as it is, or the report of a request planned in the pool."""
-    from service.report import REPORT_VERSION, report_from_response
+    from service.report import report_from_response
 
     if isinstance(side, ReportIn):
-        if side.report_version != REPORT_VERSION:
-            message = f"{name}: report_version {side.report_version} is not {REPORT_VERSION}"
-            raise ProblemError(problems.INVALID_CONFIG, message)
-        bad = [
-            p
-            for p in side.placements
-            if not {"node", "kind", "name", "function", "device", "inputs"} <= set(p)
-        ]
-        if bad:
-            raise ProblemError(
-                problems.INVALID_CONFIG, f"{name}: a placement lacks node/kind/name/function/device/inputs"
-            )
-        return side.model_dump()
+        report: dict[str, Any] = side.model_dump(by_alias=True)
+        return report
     job = to_plan_job(side, settings, request_id=current_request_id())
     job = dataclasses.replace(job, include=("placements",))
     result = await submit_plan(job, pool, metrics, count_busy=False)
@@ -179,8 +210,8 @@ async def plan_diff(
         rules = diff.parse_rules(request.fail_on)
     except diff.RuleError as err:
         raise ProblemError(problems.INVALID_CONFIG, str(err)) from None
-    before = await _side_report(request.before, settings, pool, metrics, "before")
-    after = await _side_report(request.after, settings, pool, metrics, "after")
+    before = await _side_report(request.before, settings, pool, metrics)
+    after = await _side_report(request.after, settings, pool, metrics)
     result = diff.diff_reports(before, after)
     if rules:
         checked = diff.check_rules(result, rules)
