@@ -385,10 +385,12 @@ def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any
     Raises the same PlanFailure as run_plan."""
     import time
 
-    from service.planning import run_plan
+    from service.planning import KIND_CONFIG, PlanFailure, run_plan
 
     clock = clock or time.monotonic
     outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
+    if outcome.placements is None:  # the Relax path (issue 21) plans without placements
+        raise PlanFailure.plain(KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)")
     return outcome, report_from_response(outcome.as_dict(), job.options.mode)
 
 

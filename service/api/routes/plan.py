@@ -187,6 +187,8 @@ async def _side_report(
     result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
+    if "placements" not in result["ok"]:  # the Relax path (issue 21) plans without placements
+        raise ProblemError(problems.INVALID_CONFIG, "diffs need Relay modules (not Relax, yet)")
     return report_from_response(result["ok"], job.options.mode)
 
 
