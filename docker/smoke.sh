@@ -13,6 +13,9 @@
 #
 # Environment (all optional):
 #   DEVPLAN_SMOKE_VARIANTS    image targets to build and run, in order      (default: "plan"; or "plan full")
+#                             "farm": the build-farm stage (docs/farm.md): Debian's redis-server, moto's
+#                             S3 server, the API and two workers of the full image, each a container;
+#                             three models compiled through the queue, one worker killed mid-job
 #   DEVPLAN_SMOKE_CACHE       where the base image tarball is cached        (default: ~/.cache/devplan-smoke)
 #   DEVPLAN_SMOKE_KEEP_STORAGE=1  keep podman's storage in the cache dir (layer cache: fast reruns)
 #   DEVPLAN_SMOKE_KEEP_WORK=1     do not delete the work directory (logs) at the end
@@ -33,6 +36,8 @@ WORK=""
 CONTAINER=""
 VOLUME=""
 IMAGE=""
+FARM_CONTAINERS=()
+FARM_IMAGES=()
 T_START=$(date +%s.%N)
 
 log() { printf '[smoke] %s\n' "$*"; }
@@ -104,6 +109,11 @@ cleanup() {
     if [[ -n $CONTAINER ]]; then podman rm -f -t 0 "$CONTAINER" >/dev/null 2>&1; fi
     if [[ -n $VOLUME ]]; then podman volume rm -f "$VOLUME" >/dev/null 2>&1; fi
     if [[ -n $IMAGE ]]; then podman rmi -f "$IMAGE" >/dev/null 2>&1; fi
+    for c in "${FARM_CONTAINERS[@]}"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+    if ((${#FARM_CONTAINERS[@]})); then podman volume rm -f "${FARM_CONTAINERS[0]}" >/dev/null 2>&1; fi
+    if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} != 1 ]]; then
+        for i in "${FARM_IMAGES[@]}"; do podman rmi -f "$i" >/dev/null 2>&1; done
+    fi
     if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} != 1 && -d $STORE ]]; then
         podman rm -a -f -t 0 >/dev/null 2>&1
         podman rmi -a -f >/dev/null 2>&1
@@ -226,8 +236,86 @@ SECRET_ARGS=()
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# --------------------------------------------------------------------------------------------------
+# The build farm (variant "farm"): every piece in its own container on the host network (loopback
+# ports), images built here on the debootstrap base: Debian's redis-server, moto's S3 server, the
+# full image as the API (queue mode) and as two workers. docker/smoke_farm.py drives the checks.
+farm_stage() {
+    local t0 tag=$TAG_SUFFIX moto_pin redis_port s3_port api_port corpus
+    t0=$(date +%s.%N)
+    FARM_IMAGES=(localhost/devplan:full-$tag localhost/devplan-redis:$tag localhost/devplan-moto:$tag)
+    STEP_NOTE="(${FARM_IMAGES[0]})"
+    step build-farm-full podman build --format docker --file "$REPO/docker/Dockerfile" --target full \
+        --build-arg "BASE=$BASE_IMAGE" "${SECRET_ARGS[@]}" --tag "${FARM_IMAGES[0]}" "$REPO"
+    STEP_NOTE="(${FARM_IMAGES[1]}: Debian's redis-server)"
+    step build-farm-redis podman build --format docker --file "$REPO/docker/farm/redis.Containerfile" \
+        --build-arg "BASE=$BASE_IMAGE" "${SECRET_ARGS[@]}" --tag "${FARM_IMAGES[1]}" "$REPO/docker/farm"
+    moto_pin=$(python3 -c 'import sys, tomllib; t = tomllib.load(open(sys.argv[1], "rb")); print(next(r for r in t["project"]["optional-dependencies"]["test"] if r.startswith("moto")))' "$REPO/pyproject.toml")
+    STEP_NOTE="(${FARM_IMAGES[2]}: $moto_pin)"
+    step build-farm-moto podman build --format docker --file "$REPO/docker/farm/moto.Containerfile" \
+        --build-arg "BASE=$BASE_IMAGE" --build-arg "MOTO=$moto_pin" "${SECRET_ARGS[@]}" \
+        --tag "${FARM_IMAGES[2]}" "$REPO/docker/farm"
+    redis_port=$(free_port); s3_port=$(free_port); api_port=$(free_port)
+    FARM_CONTAINERS=(devplan-farm-redis-$$ devplan-farm-s3-$$ devplan-farm-api-$$ devplan-farm-w1-$$ devplan-farm-w2-$$)
+    local farm_env=(
+        --env DEVPLAN_LOG_LEVEL=info
+        --env "DEVPLAN_QUEUE_URL=redis://127.0.0.1:$redis_port/0"
+        --env DEVPLAN_ARTIFACT_URL=s3://devplan/artifacts
+        --env DEVPLAN_WORKER_HEARTBEAT_S=5
+        --env DEVPLAN_WORKER_MAINTENANCE_S=2
+        --env DEVPLAN_COMPILE_RETRIES=2
+        --env "AWS_ENDPOINT_URL_S3=http://127.0.0.1:$s3_port"
+        --env AWS_ACCESS_KEY_ID=smoke --env AWS_SECRET_ACCESS_KEY=smoke-secret --env AWS_DEFAULT_REGION=us-east-1
+    )
+    local hardening=(--network host --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges)
+    run_farm() {
+        podman volume create "${FARM_CONTAINERS[0]}"   # AOF; a new volume takes the image's /data owner
+        podman run --detach --name "${FARM_CONTAINERS[0]}" --network host --cap-drop ALL --read-only \
+            --volume "${FARM_CONTAINERS[0]}:/data" "${FARM_IMAGES[1]}" \
+            --port "$redis_port" --bind 127.0.0.1 --appendonly yes --dir /data --save ""
+        local i
+        for ((i = 0; i < 100; i++)); do
+            podman exec "${FARM_CONTAINERS[0]}" redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PONG && break
+            sleep 0.2
+        done
+        podman run --detach --name "${FARM_CONTAINERS[1]}" "${hardening[@]}" "${FARM_IMAGES[2]}" -H 127.0.0.1 -p "$s3_port"
+        podman run --detach --name "${FARM_CONTAINERS[2]}" "${hardening[@]}" "${farm_env[@]}" \
+            --env DEVPLAN_HOST=127.0.0.1 --env "DEVPLAN_PORT=$api_port" "${FARM_IMAGES[0]}"
+        # The bucket (moto starts empty); from inside the API's container, which has boto3.
+        podman exec "${FARM_CONTAINERS[2]}" python3 -c '
+import time, boto3, botocore.exceptions
+for _ in range(300):
+    try:
+        boto3.client("s3").create_bucket(Bucket="devplan"); break
+    except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError):
+        time.sleep(0.2)
+else:
+    raise SystemExit("the S3 server never answered")'
+        podman run --detach --name "${FARM_CONTAINERS[3]}" "${hardening[@]}" "${farm_env[@]}" \
+            "${FARM_IMAGES[0]}" worker --name farm-w1
+        podman run --detach --name "${FARM_CONTAINERS[4]}" "${hardening[@]}" "${farm_env[@]}" \
+            "${FARM_IMAGES[0]}" worker --name farm-w2
+    }
+    STEP_NOTE="(redis :$redis_port, s3 :$s3_port, api :$api_port, 2 workers)"
+    step run-farm run_farm
+    corpus=$REPO/../shared/corpus
+    STEP_NOTE=""
+    step farm-checks python3 "$REPO/docker/smoke_farm.py" "http://127.0.0.1:$api_port" "${FARM_CONTAINERS[0]}" \
+        "$redis_port" "$corpus" "farm-w1=${FARM_CONTAINERS[3]}" "farm-w2=${FARM_CONTAINERS[4]}"
+    sed 's/^/[smoke]   | /' "$WORK/farm-checks.log"
+    for c in "${FARM_CONTAINERS[@]}"; do podman rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
+    podman volume rm -f "${FARM_CONTAINERS[0]}" >/dev/null 2>&1 || true
+    FARM_CONTAINERS=()
+    SUMMARY+=("farm: 3 models through the queue, a worker killed mid-job and its job finished, stage $(elapsed "$t0")")
+    if [[ ${DEVPLAN_SMOKE_KEEP_STORAGE:-0} != 1 ]]; then  # kept: the next run's builds are cache hits
+        for i in "${FARM_IMAGES[@]}"; do podman rmi -f "$i" >/dev/null 2>&1 || true; done
+    fi
+    FARM_IMAGES=()
+}
+
 SUMMARY=()
 for variant in $VARIANTS; do
+    if [[ $variant == farm ]]; then farm_stage; continue; fi
     IMAGE=localhost/devplan:$variant-$TAG_SUFFIX
     t_build=$(date +%s.%N)
     STEP_NOTE="($IMAGE)"

@@ -54,8 +54,11 @@ class DevplanWorker(SpawnWorker):
         return max(1, min(self.worker_ttl - 15, int(self.maintenance_interval)))
 
     def prepare_execution(self, job: Any) -> Any:
-        # RQ's started_at is stamped by the work horse, after its interpreter started; the
-        # dequeue time is ours (benchmarks/farm.py reports the two apart).
+        # An attempt counts from the moment a worker takes the job (a machine may die before
+        # the horse runs any of our code). RQ's started_at is stamped by the work horse, after
+        # its interpreter started; the dequeue time is ours (benchmarks/farm.py reports both).
+        job.meta["attempts"] = int(job.meta.get("attempts", 0)) + 1
+        job.save_meta()
         try:
             self.connection.hset(job.key, DEQUEUED_FIELD, repr(time.time()))
         except Exception:

@@ -116,8 +116,7 @@ def run_compile_job(payload: dict[str, Any], target: Target = worker_main) -> di
 
     job: Any = get_current_job()  # rq's Job methods are untyped
     assert job is not None, "run_compile_job runs only as an RQ job"
-    job.meta["attempts"] = int(job.meta.get("attempts", 0)) + 1
-    job.save_meta()
+    # (DevplanWorker counted this attempt when it took the job.)
 
     def on_start(pid: int) -> None:
         job.meta["compile_pid"] = pid
