@@ -6,9 +6,10 @@ kernel ns, copy edges, budgets) is built by the optimize pipeline with the
 solve step replaced by a capture; HiGHS then solves the same MILP that
 `solver.optimize.search_milp` uses, warm-started by the search's plan, with
 `--limit` seconds (default 300) and no symmetry-breaking shortcuts beyond the
-valid one. Only proven optima are printed as OPTIMA entries (run time in ns
-and the problem's fingerprint); paste them into benchmarks/optimize.py.
-Unproven cases print their best plan and bound as a comment.
+valid one. Proven optima are printed as OPTIMA entries (run time in ns and
+the problem's fingerprint), unproven cases as UNPROVEN entries (the best
+plan's run time, HiGHS's bound, the fingerprint); paste them into
+benchmarks/optimize.py.
 
     python benchmarks/optimize_reference.py [--limit S] [LABEL ...]
 """
@@ -91,7 +92,7 @@ def main() -> None:
             print(f'    "{label}": ({ns}, "{fingerprint(problem)}"),  # {took:.0f} s', flush=True)
         else:
             print(
-                f"    # {label}: not proven in {took:.0f} s ({result.status}): best {ns}, bound {bound:.0f}",
+                f'    "{label}": ({ns}, {bound:.0f}, "{fingerprint(problem)}"),  # not proven in {took:.0f} s',
                 flush=True,
             )
 

@@ -222,6 +222,10 @@ def test_model_cases_beat_the_obvious_plans(label: str) -> None:
     if cost.tvm_mode_predicted_ms is not None:
         assert cost.predicted_ms <= cost.tvm_mode_predicted_ms
     assert opt.solution.lower <= value
+    lower_ns = opt.solution.lower // weights.per_ns
     recorded = bench.OPTIMA.get(label)
     if recorded is not None and recorded[1] == fingerprint(problem):
-        assert opt.solution.lower // weights.per_ns <= recorded[0]
+        assert lower_ns <= recorded[0]
+    best_known = bench.UNPROVEN.get(label)  # a plan's run time: above the optimum, so above any bound
+    if best_known is not None and best_known[2] == fingerprint(problem):
+        assert lower_ns <= best_known[0]
