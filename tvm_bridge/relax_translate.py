@@ -297,23 +297,29 @@ OP_TABLE: dict[str, Mapper] = {
 }
 
 
+_ATTR_FIELDS: dict[type, tuple[str, ...]] = {}  # attribute node class -> its field names
+_NOT_FIELDS = frozenset(("id_", "is_", "same_as", "get_int", "get_int_tuple", "get_str"))
+
+
 def attrs_of(attrs: Any) -> dict[str, Any]:
     """The fields of a Relax attribute node as plain values."""
     if attrs is None:
         return {}
-    out: dict[str, Any] = {}
-    for name in dir(attrs):
-        if name.startswith("_") or name in ("id_", "is_", "same_as", "get_int", "get_int_tuple", "get_str"):
-            continue
-        try:
-            value = getattr(attrs, name)
-        except Exception:  # noqa: BLE001 - a field TVM cannot read back
-            log.debug("attribute %s of %s is not readable", name, type(attrs).__name__)
-            continue
-        if callable(value):
-            continue
-        out[name] = plain(value)
-    return out
+    names = _ATTR_FIELDS.get(type(attrs))
+    if names is None:
+        found = []
+        for name in dir(attrs):
+            if name.startswith("_") or name in _NOT_FIELDS:
+                continue
+            try:
+                value = getattr(attrs, name)
+            except Exception:  # noqa: BLE001 - a field TVM cannot read back
+                log.debug("attribute %s of %s is not readable", name, type(attrs).__name__)
+                continue
+            if not callable(value):
+                found.append(name)
+        names = _ATTR_FIELDS[type(attrs)] = tuple(found)
+    return {name: plain(getattr(attrs, name)) for name in names}
 
 
 # ---------------------------------------------------------------------------
