@@ -70,6 +70,12 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
         help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
     )
     add(
+        "--no-check-types",
+        dest="check_types",
+        action="store_false",
+        help="skip the type check before planning (operator names are still checked; issue 18)",
+    )
+    add(
         "--mode",
         choices=("tvm", "optimize"),
         default="tvm",
@@ -337,6 +343,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         constraints=tuple(constraints),
         timeout_ms=args.timeout_ms,
         z3_check=args.z3_check,
+        check_types=args.check_types,
         **_optimize_options(args),
     )
     return PlanJob(
@@ -397,6 +404,7 @@ FIELD_FLAGS = {
     "op_support": "--op-support",
     "cost_table": "--cost-table",
     "z3_check": "--z3-check",
+    "check_types": "--no-check-types",
 }
 
 
@@ -517,6 +525,8 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     if report is not None:
         _write_output(json.dumps(report, indent=1), args.report)
     _write_output(outcome.module, args.output)
+    for notice in outcome.notices:
+        sys.stderr.write(f"devplan: notice: {notice}\n")
     if args.explain and outcome.explanation:
         sys.stderr.write("\n".join(outcome.explanation) + "\n")
     if outcome.why is not None:

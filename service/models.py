@@ -280,7 +280,8 @@ class PlanRequest(BaseModel):
     op_support: dict[DeviceName, OpSupport] = Field(
         default_factory=dict,
         max_length=256,
-        description="Optimize mode: per device name, the operators it cannot run.",
+        description="Per device name, the operators it cannot run. Optimize mode places operators where "
+        "they can run; a TVM-mode plan that breaks it is a 422 planning-conflict.",
         examples=[{"cuda": {"unsupported": ["nn.lrn"]}}],
     )
     device_profiles: dict[DeviceName, DeviceProfileIn] = Field(
@@ -369,6 +370,13 @@ class DeviceCopyOut(BaseModel):
     column: int | None = Field(None, description="1-based column.")
     src: str = Field(..., description="Source device.")
     dst: str = Field(..., description="Destination device.")
+
+
+class DivergenceOut(DeviceCopyOut):
+    """A copy the plan has where TVM 0.19's own answer omits it (issue 18: nested
+    annotations); it is also among `summary.device_copies`."""
+
+    reason: str = Field(..., description="Why TVM 0.19's plan lacks this copy.")
 
 
 class ParamDeviceOut(BaseModel):
@@ -497,6 +505,22 @@ class PlanResponse(BaseModel):
     )
     summary: PlanSummary
     solver: SolverStats
+    divergences: list[DivergenceOut] = Field(
+        default_factory=list,
+        description="TVM mode: the copies TVM 0.19's PlanDevices omits (its output would use a value on "
+        "another device without a copy, under nested annotations), which this plan has; each is also in "
+        "`summary.device_copies`. Elsewhere the TVM mode's plan is exactly TVM 0.19's.",
+    )
+    unchecked_ops: list[str] = Field(
+        default_factory=list,
+        description="Operators TVM registers for which the type check has no type relation: their "
+        "results were not type-checked.",
+    )
+    notices: list[str] = Field(
+        default_factory=list,
+        description="What to know about an accepted module (e.g. it has no @main).",
+        examples=[["the module has no @main: each global function is planned on its own (@f)"]],
+    )
     explanation: list[str] | None = Field(None, description="Present when the request set explain=true.")
     cost: CostOut | None = Field(None, description='Present in `mode: "optimize"`.')
     why: list[WhyResultOut] | None = Field(None, description="One entry per `why` selector of the request.")

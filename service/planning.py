@@ -29,6 +29,7 @@ Format = Literal["text", "json"]
 # A PlanFailure's kind is the slug of an `errors.ErrorKind` (the one table of
 # kinds: problem status and title, CLI exit code, metric outcome).
 KIND_MALFORMED = errors.MALFORMED_MODULE.slug
+KIND_TYPE = errors.TYPE_ERROR.slug  # issue 18: well formed but ill typed
 KIND_CONFIG = errors.INVALID_CONFIG.slug
 KIND_CONFLICT = errors.PLANNING_CONFLICT.slug
 KIND_TIMEOUT = errors.SOLVER_TIMEOUT.slug
@@ -215,6 +216,11 @@ class PlanOutcome:
     placements: list[dict[str, Any]] | None = None
     copies: list[dict[str, Any]] | None = None
     prediction: dict[str, Any] | None = None
+    # Issue 18: the copies TVM 0.19 omits that the plan has, the operators the
+    # type check could not check, and what the client should know.
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    unchecked_ops: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The response body: optional fields only where set (timings are sent apart)."""
@@ -233,6 +239,9 @@ class PlanOutcome:
             "virtual_devices": self.virtual_devices,
             "summary": self.summary,
             "solver": self.solver,
+            "divergences": self.divergences,
+            "unchecked_ops": self.unchecked_ops,
+            "notices": self.notices,
         } | {name: value for name, value in extra.items() if value is not None}
 
 
@@ -268,6 +277,8 @@ def detect_format(text: str) -> Format:
 def parse_module(job: PlanJob) -> relay.Module:
     """Text or TVM JSON -> verified Module; raises PlanFailure(malformed-module)."""
     fmt = job.input_format or detect_format(job.module)
+    if not job.module.strip():
+        raise PlanFailure.plain(KIND_MALFORMED, "the module is empty: send Relay text or TVM JSON")
     try:
         if fmt == "json":
             module = relay.load_json(job.module)
@@ -367,6 +378,9 @@ def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:
         return PlanFailure.plain(KIND_TIMEOUT, message)
     if isinstance(err, solver.PlanConfigError):
         return PlanFailure.plain(KIND_CONFIG, str(err))
+    if isinstance(err, relay.TypeInferenceError):
+        # TVM type-checks before planning; so do we (issue 18).
+        return PlanFailure.from_relay_error(KIND_TYPE, err)
     if isinstance(err, relay.RelayError):
         # The planner rejecting the module for a reason other than a conflict
         # (e.g. a malformed annotation): the module is at fault, not the server.
@@ -415,8 +429,26 @@ def _outcome(
         },
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
         cost=result.cost.to_json() if result.cost is not None else None,
+        divergences=[
+            {
+                "line": _span_lc(span)[0],
+                "column": _span_lc(span)[1],
+                "src": relay.device_name(src),
+                "dst": relay.device_name(dst),
+                "reason": DIVERGENCE_REASON,
+            }
+            for span, src, dst in result.divergences
+        ],
+        unchecked_ops=list(result.unchecked_ops),
+        notices=list(result.notices),
     )
     return outcome
+
+
+DIVERGENCE_REASON = (
+    "TVM 0.19 omits this copy: its rewrite reads the device of an annotated value through one "
+    "on_device only, so under nested annotations the value would be used on another device without one"
+)
 
 
 def job_language(job: PlanJob) -> str:
@@ -532,6 +564,12 @@ def explain_success(outcome: PlanOutcome) -> list[str]:
         lines.append(f"device_copy at {where}: {copy['src']} -> {copy['dst']}")
     if not outcome.summary["device_copies"]:
         lines.append("no device_copy inserted")
+    for d in outcome.divergences:
+        where = f"{d['line']}:{d['column']}" if d["line"] is not None else "?:?"
+        lines.append(f"divergence at {where}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")
+    if outcome.unchecked_ops:
+        lines.append("not type-checked (no type relation): " + ", ".join(outcome.unchecked_ops))
+    lines.extend(f"notice: {n}" for n in outcome.notices)
     if outcome.cost is not None:
         lines.extend(cost_lines(outcome.cost))
     return lines
