@@ -100,3 +100,13 @@ def test_plan_includes_placements_on_request(client: Any, mlp: str) -> None:
     for p in body["placements"]:
         jsonschema.validate(p, {**schema["$defs"]["placement"], "$defs": schema["$defs"]})
     assert client.post("/plan", json={"module": mlp, "include": ["everything"]}).status_code == 422
+
+
+def test_swagger_example_runs(client: Any) -> None:
+    from service.api.routes.plan import DIFF_EXAMPLES
+
+    res = client.post("/plan/diff", json=DIFF_EXAMPLES["pin"]["value"])
+    assert res.status_code == 200, res.text
+    d = res.json()
+    assert [m["after"]["name"] for m in d["moved"] if m["after"]["kind"] == "operator"] == ["add"]
+    assert {r["rule"]: r["hit"] for r in d["rules"]}["moved-to:cpu"] is True

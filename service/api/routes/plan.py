@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service import problems
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.errors import kind_of
-from service.examples import PLAN_EXAMPLES
+from service.examples import PLAIN, PLAN_EXAMPLES
 from service.logs import current_request_id
 from service.metrics import Metrics
 from service.models import PlanRequest, PlanResponse, to_plan_job
@@ -173,6 +173,18 @@ class PlanDiffRequest(BaseModel):
     )
 
 
+DIFF_EXAMPLES: dict[str, Any] = {
+    "pin": {
+        "summary": "What a pin moves (and whether it adds a copy)",
+        "value": {
+            "before": {"module": PLAIN},
+            "after": {"module": PLAIN, "constraints": [{"select": {"op": "add"}, "device": "cpu"}]},
+            "fail_on": ["copies-added", "moved-to:cpu", "predicted-regression:5%"],
+        },
+    }
+}
+
+
 async def _side_report(
     side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics
 ) -> dict[str, Any]:
@@ -204,7 +216,10 @@ async def _side_report(
     responses=problem_responses(*PLAN_PROBLEMS),
 )
 async def plan_diff(
-    request: PlanDiffRequest, settings: SettingsDep, pool: PoolDep, metrics: MetricsDep
+    request: Annotated[PlanDiffRequest, Body(openapi_examples=DIFF_EXAMPLES)],
+    settings: SettingsDep,
+    pool: PoolDep,
+    metrics: MetricsDep,
 ) -> JSONResponse:
     from service import diff
 
