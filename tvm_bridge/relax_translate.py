@@ -100,16 +100,22 @@ def _is_array(value: Any) -> bool:
 # Types
 
 
+# Exact classes, compared with `type(x) is`: `isinstance` on TVM's classes goes
+# through ABC checks, a fifth of the translation's time on resnet50.
+_TENSOR_TYPE = relax.TensorType
+_TUPLE_TYPE = relax.TupleType
+_INT_IMM = tvm.tirx.IntImm
+
+
 def relay_type(ty: Any) -> ast.Type | None:
     """The Relay type of a Relax type (None for what Relay cannot say)."""
-    if isinstance(ty, relax.TensorType):
-        if ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
+    if type(ty) is _TENSOR_TYPE:
+        shape = ty.shape
+        if shape is None or type(shape) is not relax.ShapeExpr:
             return None
-        dims: list[ast.Dim] = []
-        for d in ty.shape.values:
-            dims.append(int(d.value) if isinstance(d, tvm.tirx.IntImm) else ast.ANY)
-        return ast.TensorType(tuple(dims), str(ty.dtype))
-    if isinstance(ty, relax.TupleType):
+        dims = tuple(int(d.value) if type(d) is _INT_IMM else ast.ANY for d in shape.values)
+        return ast.TensorType(dims, str(ty.dtype))
+    if type(ty) is _TUPLE_TYPE:
         fields = [relay_type(f) for f in ty.fields]
         if any(f is None for f in fields):
             return None
@@ -119,16 +125,16 @@ def relay_type(ty: Any) -> ast.Type | None:
 
 def tensor_vdevice(ty: Any) -> Any:
     """The vdevice a tensor type names, or None."""
-    if isinstance(ty, relax.TensorType):
+    if type(ty) is _TENSOR_TYPE:
         return ty.vdevice
     return None
 
 
 def is_data(ty: Any) -> bool:
     """Tensors and tuples of them: the values that live on a device."""
-    if isinstance(ty, relax.TensorType):
+    if type(ty) is _TENSOR_TYPE:
         return True
-    if isinstance(ty, relax.TupleType):
+    if type(ty) is _TUPLE_TYPE:
         return all(is_data(f) for f in ty.fields)
     return False
 
@@ -145,6 +151,7 @@ class OpCall:
     attrs: dict[str, Any]  # the Relax attributes, plain values
     extra: tuple[Any, ...]  # the non-tensor arguments, plain values
     arg_types: tuple[Any, ...]  # Relax types of the tensor arguments
+    costed: bool = True  # optimize mode: attributes the cost model reads (channels, kernel_size)
 
 
 Mapper = Callable[[OpCall], tuple[str, tuple[tuple[str, Any], ...]]]
@@ -170,7 +177,7 @@ def _conv(name: str) -> Mapper:
             (k, a[k]) for k in ("strides", "padding", "dilation", "groups") if k in a
         ]
         w = c.arg_types[1] if len(c.arg_types) > 1 else None
-        wshape = relay_type(w)
+        wshape = relay_type(w) if c.costed else None
         if isinstance(wshape, ast.TensorType) and all(isinstance(d, int) for d in wshape.shape):
             kernel_layout = str(a.get("kernel_layout", "OIHW"))
             dims = dict(zip(kernel_layout, wshape.shape))
@@ -367,14 +374,22 @@ class _Translator:
         self.mod = mod
         self.source = source
         self.mode = mode
+        self.costed = mode == "optimize"
         infos = mod.global_infos
         self.vdevices = list(infos["vdevice"]) if infos is not None and "vdevice" in infos else []
         self.table = [relay_device(v) for v in self.vdevices]
         self.t = Translation(mod, ast.Module(), self.vdevices, self.table, source=source)
         self.env: dict[int, ast.Expr | None] = {}
         self.values: dict[int, Any] = {}  # var -> bound Relax value (for folding, non-data args)
-        self.uses: dict[int, int] = {}
-        self.known: dict[int, VirtualDevice] = {}
+        self._uses: dict[int, int] | None = None  # var -> number of uses, on first need
+        self._known: dict[int, VirtualDevice] | None = None  # RealizeVDevice's first round, on first need
+        self.relax_funcs: list[tuple[Any, Any]] = []
+
+    def stated(self, ty: Any) -> ast.Type | None:
+        """A node's type from its Relax type, for the cost model (optimize mode).
+        The TVM mode needs none (its rules do not look at shapes), and reading a
+        shape costs one FFI call per dimension: most of a translation's time."""
+        return relay_type(ty) if self.costed else None
 
     # ---- spans and devices
 
@@ -423,9 +438,7 @@ class _Translator:
         gvars = sorted(self.mod.get_global_vars(), key=lambda g: str(g.name_hint))
         relax_funcs = [(g, self.mod[g]) for g in gvars if isinstance(self.mod[g], relax.Function)]
         self.globals = {str(g.name_hint): ast.GlobalVar(str(g.name_hint)) for g, _ in relax_funcs}
-        for gv, func in relax_funcs:
-            self.count_uses(func)
-        self.round_one(relax_funcs)
+        self.relax_funcs = relax_funcs
         for gv, func in relax_funcs:
             name = str(gv.name_hint)
             rf = self.function(name, func)
@@ -434,15 +447,29 @@ class _Translator:
         self.t.module = ast.Module(functions=tuple(functions), meta={"VirtualDevice": list(self.table)})
         return self.t
 
-    def count_uses(self, func: Any) -> None:
-        for node in _exprs(func):
-            for arg in _operands(node):
-                if isinstance(arg, relax.Var):
-                    self.uses[_key(arg)] = self.uses.get(_key(arg), 0) + 1
+    @property
+    def uses(self) -> dict[int, int]:
+        """How often each variable is used (for folding `nn.dense`)."""
+        if self._uses is None:
+            uses: dict[int, int] = {}
+            for _, func in self.relax_funcs:
+                for node in _exprs(func):
+                    for arg in _operands(node):
+                        if isinstance(arg, relax.Var):
+                            uses[_key(arg)] = uses.get(_key(arg), 0) + 1
+            self._uses = uses
+        return self._uses
 
-    def round_one(self, funcs: list[tuple[Any, Any]]) -> None:
+    @property
+    def known(self) -> dict[int, VirtualDevice]:
         """RealizeVDevice's first round: devices known from types and hint
-        results, spread over the variables each binding uses together."""
+        results, spread over the variables each binding uses together (only
+        hints read it, so modules without hints never compute it)."""
+        if self._known is None:
+            self._known = self.round_one(self.relax_funcs)
+        return self._known
+
+    def round_one(self, funcs: list[tuple[Any, Any]]) -> dict[int, VirtualDevice]:
         neighbours: dict[int, list[int]] = {}
         known: dict[int, VirtualDevice] = {}
         for _, func in funcs:
@@ -472,7 +499,7 @@ class _Translator:
                 if n not in known:
                     known[n] = known[k]
                     stack.append(n)
-        self.known = known
+        return known
 
     # ---- functions
 
@@ -524,7 +551,7 @@ class _Translator:
                 dev = self.device_of_vdevice(vd)
                 node = ast.on_device(node, dev, constrain_body=True, constrain_result=True, span=span)
             if node.checked_type is None and kind not in ("alias",):
-                node = _with_type(node, relay_type(var.ty))
+                node = _with_type(node, self.stated(var.ty))
         else:
             node = None if not is_data(var.ty) else node
         self.env[_key(var)] = node
@@ -556,7 +583,7 @@ class _Translator:
     def constant(self, c: Any) -> ast.Expr:
         arr = np.ascontiguousarray(c.value.numpy())
         data = ast.NDArray(str(arr.dtype), tuple(int(d) for d in arr.shape), arr.tobytes())
-        return ast.Constant(data, span=self.span(c), checked_type=relay_type(c.ty))
+        return ast.Constant(data, span=self.span(c), checked_type=self.stated(c.ty))
 
     def value(self, var: Any, value: Any, span: Span | None) -> tuple[ast.Expr | None, str]:
         if isinstance(value, relax.Var):
@@ -620,7 +647,7 @@ class _Translator:
     def opaque(self, name: str, args: list[Any], span: Span | None, var: Any) -> ast.Expr | None:
         data = [self.expr(a) for a in args if is_data(getattr(a, "ty", None))]
         nodes = tuple(a for a in data if a is not None)
-        return ast.Call(ast.op(name), nodes, span=span, checked_type=relay_type(var.ty))
+        return ast.Call(ast.op(name), nodes, span=span, checked_type=self.stated(var.ty))
 
     def operator(self, var: Any, call: Any, name: str, span: Span | None) -> ast.Expr | None:
         tensor_args = [a for a in call.args if is_data(getattr(a, "ty", None))]
@@ -637,12 +664,12 @@ class _Translator:
             attrs = ast.Attrs((("units", None), ("out_dtype", _out_dtype(attrs_of(call.attrs).get("out_dtype")))),
                               "relay.attrs.DenseAttrs")
             return ast.Call(ast.op("nn.dense"), (nodes[0], nodes[1]), attrs, span=span,
-                            checked_type=relay_type(var.ty))
+                            checked_type=self.stated(var.ty))
         fields: tuple[tuple[str, Any], ...] = ()
         if mapper is None:
             relay_name = name
         else:
-            relay_name, fields = mapper(OpCall(call, attrs_of(call.attrs), extra, arg_types))
+            relay_name, fields = mapper(OpCall(call, attrs_of(call.attrs), extra, arg_types, self.costed))
         args = [self.expr(a) for a in tensor_args]
         if any(a is None for a in args):
             return None
@@ -651,7 +678,7 @@ class _Translator:
             tuple(a for a in args if a is not None),
             ast.Attrs(fields) if fields else None,
             span=span,
-            checked_type=relay_type(var.ty),
+            checked_type=self.stated(var.ty),
         )
 
     def _bound(self, e: Any) -> Any:
