@@ -216,3 +216,36 @@ def test_renderers(cases: dict[str, dict[str, Any]]) -> None:
     data = json.loads(diff.render_json(d, results))
     assert data["failed"] is True and data["rules"][0]["rule"] == "copies-added"
     assert diff.render_text(cases["self"]).startswith("no placement changed")
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", ["resnet18.relay", "inception_v3.relay"])
+def test_an_operator_inserted_mid_model_is_the_only_change(name: str) -> None:
+    """A `negative` inserted before the middle operator of a real model (every
+    later id and line shifts): it is the one addition, nothing moved or removed."""
+    import dataclasses
+
+    from relay.ast import Call, Function, Op
+    from relay.traverse import rewrite
+
+    module = relay.parse_text((CORPUS / name).read_text())
+    ops = [n for n in solver.node_ids(module) if isinstance(n, Call) and isinstance(n.op, Op)]
+    target = ops[len(ops) // 2]
+
+    def visit(original: Any, rebuilt: Any) -> Any:
+        if original is target:
+            return dataclasses.replace(
+                rebuilt, args=(Call(relay.op("negative"), (rebuilt.args[0],)), *rebuilt.args[1:])
+            )
+        return rebuilt
+
+    gv, main = module.functions[0]
+    assert isinstance(main, Function)
+    edited = dataclasses.replace(module, functions=((gv, rewrite(main, visit)),))
+    text = relay.print_text(edited)
+    before = report((CORPUS / name).read_text(), DENSE_ON_CPU)
+    after = report(text, DENSE_ON_CPU)
+    d = diff.diff_reports(before, after)
+    assert [p["name"] for p in d["added"]] == ["negative"]
+    assert d["moved"] == d["removed"] == d["copies_added"] == d["copies_removed"] == []
+    assert d["matched"] == len(before["placements"])
