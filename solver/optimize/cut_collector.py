@@ -5,10 +5,10 @@ edge between a primitive operator call and each tensor argument is cuttable
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from relay.ast import Call, Expr, Op, on_device_props
+from relay.ast import Call, Expr, Function, Op, on_device_props
 from relay.traverse import not_primitive, post_order
 
 from ..collect import SPECIAL_OPS, Collector, is_optimizable
@@ -25,12 +25,14 @@ def look_through(expr: Expr) -> Expr:
 @dataclass(frozen=True)
 class Cuts:
     """What the problem builder reads of a collection: the collector (its
-    union-find and domains), the primitive operator calls, and the cuttable
-    edges (operator call or free-result annotation, argument)."""
+    union-find and domains), the primitive operator calls, the cuttable
+    edges (operator call or free-result annotation, argument) and the calls
+    of fused (`Primitive`) functions, one kernel each."""
 
     collector: Collector
     op_calls: list[Call]
     cut_edges: list[tuple[Call, Expr]]
+    primitive_calls: list[Call] = field(default_factory=list)
 
 
 class CutCollector(Collector):
@@ -45,6 +47,7 @@ class CutCollector(Collector):
         self.is_tensor: Callable[[Expr], bool] = lambda e: True
         self.op_calls: list[Call] = []
         self.cut_edges: list[tuple[Call, Expr]] = []  # (operator call, argument looked through on_device)
+        self.primitive_calls: list[Call] = []  # calls of fused functions; their edges stay hard
 
     def _call(self, call: Call) -> None:
         op = call.op
@@ -76,10 +79,33 @@ class CutCollector(Collector):
                         ds.collapse(shared, da, cid)
                 return
         super()._call(call)
+        if type(op) is Function and op.is_primitive:
+            # A fused kernel runs on one device, its arguments and result with
+            # it (TVM mode defaults them so; here it is a hard rule, or the
+            # solver could split a call from its inputs without a copy).
+            self.primitive_calls.append(call)
+            anchor = _first_order(self.dom(call))
+            if anchor is not None:
+                cid = self._tag("primitive call", call, "fused function")
+                self.ds.collapse(anchor, self.dom(call), cid)
+                for a in call.args:
+                    self.ds.collapse(anchor, self.dom(a), cid)
 
     def cuts(self) -> Cuts:
-        """This collection's operator calls and cuttable edges."""
-        return Cuts(self, self.op_calls, self.cut_edges)
+        """This collection's operator calls, cuttable edges and fused calls."""
+        return Cuts(self, self.op_calls, self.cut_edges, self.primitive_calls)
+
+
+def _first_order(d: Any) -> int | None:
+    """The first device variable of a domain (itself when first-order)."""
+    stack = [d]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, int):
+            return x
+        if isinstance(x, tuple):
+            stack.extend(reversed(x))
+    return None
 
 
 def as_cut(collector: Collector) -> Cuts:
@@ -96,4 +122,5 @@ def as_cut(collector: Collector) -> Cuts:
         props = on_device_props(call) if call.op.name == "on_device" else None  # type: ignore[attr-defined]
         if props is not None and not props.constrain_result and len(call.args) == 1:
             cut_edges.append((call, call.args[0]))
-    return Cuts(collector, op_calls, cut_edges)
+    primitive_calls = [n for n in nodes if type(n) is Call and type(n.op) is Function and n.op.is_primitive]
+    return Cuts(collector, op_calls, cut_edges, primitive_calls)

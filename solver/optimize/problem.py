@@ -324,13 +324,16 @@ def _kernels(collector: Cuts, classes: _Classes, sizes: Sizes, setup: DeviceSetu
     per_call: dict[int, list[int]] = {}
     ops: dict[int, int] = {}
     largest: dict[int, int] = {}
-    for call in collector.op_calls:
+    for call in [*collector.op_calls, *collector.primitive_calls]:
         c = classes.of(call)
-        name = call.op.name  # type: ignore[attr-defined]
         per_device = kernel_costs(call, sizes, setup)
-        for d, dev_name in enumerate(setup.names):
-            if name in setup.unsupported.get(dev_name, ()):
-                forbidden.setdefault(c, []).append((d, call))
+        # A fused kernel needs every operator of its body: each one a device
+        # lacks is a support rule at that operator.
+        for op_call in kernel_ops(call):
+            name = op_call.op.name  # type: ignore[attr-defined]
+            for d, dev_name in enumerate(setup.names):
+                if name in setup.unsupported.get(dev_name, ()):
+                    forbidden.setdefault(c, []).append((d, op_call))
         per_call[id(call)] = per_device
         row = unary.setdefault(c, {})
         for d, ns in enumerate(per_device):
