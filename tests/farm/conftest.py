@@ -213,6 +213,9 @@ def start_farm(workdir: Path) -> Iterator[Farm]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        from service.config import get_settings
+
+        get_settings.cache_clear()  # nothing may keep settings read while the farm's variables were set
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,25 @@ from service.config import Settings
 from service.jobs.queue import public_status
 
 
-def test_queue_mode_refuses_a_store_workers_cannot_reach(tmp_path: object) -> None:
+def test_serve_and_worker_refuse_to_start_without_a_shared_store(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli import main
+    from service.config import get_settings
+
+    monkeypatch.setenv("DEVPLAN_QUEUE_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.delenv("DEVPLAN_ARTIFACT_URL", raising=False)
+    monkeypatch.delenv("DEVPLAN_ARTIFACT_DIR_SHARED", raising=False)
+    try:
+        for argv in (["serve"], ["worker"]):
+            assert main(argv) == 1
+            err = capsys.readouterr().err
+            assert "DEVPLAN_ARTIFACT_URL=s3://bucket/prefix" in err and "DEVPLAN_ARTIFACT_DIR_SHARED=1" in err
+    finally:
+        get_settings.cache_clear()
+
+
+def test_queue_mode_refuses_a_store_workers_cannot_reach() -> None:
     with pytest.raises(ValidationError, match="DEVPLAN_ARTIFACT_URL=s3://bucket/prefix"):
         Settings(queue_url="redis://127.0.0.1:6379/0")
     assert Settings(queue_url="redis://127.0.0.1:6379/0", artifact_dir_shared=True).artifact_dir_shared
