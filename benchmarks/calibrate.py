@@ -553,8 +553,29 @@ def calibration_table(record: Mapping[str, Any] | None = None) -> str:
     )
 
 
+def measured_classes(record: Mapping[str, Any]) -> list[tuple[str, int, str, str, str]]:
+    """Per class over the recorded kernels (each call counted): calls, total
+    ms, and the achieved GFLOP/s and GB/s (FLOPs and bytes over time)."""
+    totals: dict[str, list[float]] = {}
+    for model in record["models"].values():
+        for k in model["kernels"]:
+            row = totals.setdefault(k["class"], [0, 0.0, 0.0, 0.0])
+            n = k["calls"]
+            row[0] += n
+            row[1] += n * k["ns"]
+            row[2] += n * k["flops"]
+            row[3] += n * k["bytes"]
+    return [
+        (cls, int(n), f"{ns / 1e6:.2f}", f"{flops / ns:.2f}", f"{moved / ns:.2f}")
+        for cls, (n, ns, flops, moved) in sorted(totals.items())
+    ]
+
+
 def fit_and_report(record: Mapping[str, Any]) -> int:
     """Fit both profiles, print them and how the built-in ones predict the runs."""
+    print("measured kernels per class (all models of the record):")
+    print(_table(measured_classes(record), ("class", "calls", "total ms", "GFLOP/s", "GB/s")))
+    print()
     launch, rates = fit_llvm(record)
     print(
         f"llvm fit (record of {record['date']}, {record['machine']['cpu']}, {record['machine']['cores']} cores):"
