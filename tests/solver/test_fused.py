@@ -17,8 +17,8 @@ import relay
 import solver
 from relay.ast import Call, Module, Op
 from relay.traverse import not_primitive, post_order
-from solver.optimize.run import optimize
 from solver.optimize.problem import kernel_ops, kernel_work, primitive_function
+from solver.optimize.run import optimize
 from solver.optimize.sizes import Sizes
 
 CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
