@@ -192,7 +192,7 @@ def strip_devices(mod: Any) -> Any:
         if isinstance(e, relax.Call):
             if isinstance(e.op, tvm.ir.Op) and e.op.name in ("relax.hint_on_device", "relax.to_vdevice"):
                 return expr(e.args[0])
-            return relax.Call(e.op, [expr(a) for a in e.args], e.attrs, e.ty_args)
+            return relax.Call(e.op, [expr(a) for a in e.args], e.attrs, [ty_of(a) for a in e.ty_args])
         if isinstance(e, relax.If):
             return relax.If(expr(e.cond), seq(e.true_branch), seq(e.false_branch))
         if isinstance(e, relax.SeqExpr):

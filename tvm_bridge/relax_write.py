@@ -331,6 +331,13 @@ class _Writer:
         else:
             new_value = self.rebuild(value, out, dataflow)
         new_var = self.new_var(var, None, device, new_value)
+        if _infers_own_type(new_value):
+            # `call_tir` states its outputs' types: they name the device too, or
+            # TVM's own passes would infer the result off the device again.
+            ty_args = [self.typed(a, device) for a in new_value.ty_args] if device is not None else None
+            if ty_args is not None and isinstance(new_value.op, tvm.ir.Op):
+                new_value = relax.Call(new_value.op, new_value.args, new_value.attrs, ty_args, new_value.span)
+            new_value = _normalized(new_value)
         _with_type(new_value, new_var.ty)
         out.append(relax.VarBinding(new_var, new_value, b.span))
 
@@ -395,6 +402,29 @@ class _Writer:
             args = [self.leaf(a, out, dataflow, None, None, None) for a in value.args]
             return relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
         return self.leaf(value, out, dataflow, None, None, None)
+
+
+_OPAQUE_CALLS = frozenset(
+    ("relax.call_tir", "relax.call_dps_packed", "relax.call_tir_with_grad", "relax.call_tir_inplace")
+)
+
+
+def _infers_own_type(value: Any) -> bool:
+    """Calls whose type TVM infers from what they state (`call_tir`'s output
+    types, a packed call's type arguments), not from their inputs' devices: they
+    keep the inferred type, and only the binding's variable names the device."""
+    if not isinstance(value, relax.Call):
+        return False
+    op = value.op
+    return not isinstance(op, tvm.ir.Op) or str(op.name) in _OPAQUE_CALLS
+
+
+def _normalized(value: Any) -> Any:
+    try:
+        return relax.BlockBuilder().normalize(value)
+    except Exception:  # noqa: BLE001 - TVM cannot infer it alone (a call of another function)
+        log.debug("no inferred type for a %s call", type(value.op).__name__)
+        return value
 
 
 def _has_type(expr: Any) -> bool:

@@ -288,3 +288,31 @@ class Input:{DEVICES}
     lines = {c.span.line for c in info.value.constraints if c.span is not None}
     assert lines, info.value
     assert lines <= {_line(source, "def main"), _line(source, "y: ")}
+
+
+def test_call_tir_stays_with_its_inputs_and_is_an_estimate() -> None:
+    source = """
+@I.ir_module
+class Input:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("llvm", 1)]})
+
+    @T.prim_func
+    def add_one(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32", "llvm:1")) -> R.Tensor((4,), "float32"):
+        cls = Input
+        y = R.call_tir(cls.add_one, (x,), out_ty=R.Tensor((4,), "float32"))
+        z = R.exp(y)
+        return z
+"""
+    planned = _plan(source, mode="optimize", default_device="cpu:0", host_device="cpu:0")
+    out = planned.module
+    y = next(b.var for b in out["main"].body.blocks[0].bindings if b.var.name == "y")
+    assert int(y.ty.vdevice.vdevice_id) == 1  # with its input x, not on the default cpu:0
+    assert planned.result.cost is not None
+    assert any("relax.call_tir" in e.message for e in planned.result.cost.estimates)
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(out), out)
+    tvm.ir.assert_structural_equal(strip_devices(out), strip_devices(read_relax(source)[0]))
