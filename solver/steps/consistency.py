@@ -11,7 +11,7 @@ expression is read on two devices. A violation is a planner bug, so it
 raises `InternalInconsistency` (the service answers 500 with a request id),
 never a plan that a client would trust.
 
-One iterative pass, each node entered once per lexical device; its own
+One iterative pass, each node entered once (a shared node read on a second device is a violation); its own
 reading, sharing nothing with the planner's collection or rewrite.
 """
 
@@ -102,8 +102,9 @@ class _Walk:
     def __init__(self, module: Module, host: VirtualDevice | None) -> None:
         self.host = host
         self.globals = {gv.name: f for gv, f in module.functions}
-        self.value: dict[int, VirtualDevice | None] = {}  # node or variable -> device of its value
-        self.lexical: dict[int, VirtualDevice | None] = {}  # node -> the lexical device it was read on
+        # node or variable -> device of its value (for a node whose value is on its
+        # lexical device, that device: no second table, big modules stay cheap)
+        self.value: dict[int, VirtualDevice | None] = {}
         self.functions: dict[int, Function] = {}  # let-bound variable -> the function it names
         self.edges: list[Edge] = []
         # Operator calls with the device they run on (a Primitive function's
@@ -130,7 +131,7 @@ class _Walk:
         stack: list[tuple[int, Expr, VirtualDevice | None, VirtualDevice | None]] = [
             (_ENTER, func, None, None)
         ]
-        value, lexical = self.value, self.lexical
+        value = self.value
         while stack:
             action, node, here, want = stack.pop()
             if action == _BIND:
@@ -154,14 +155,20 @@ class _Walk:
             key = id(node)
             if key in value:  # shared node, already read
                 if isinstance(node, _LEXICAL) or (isinstance(node, Call) and self._lexical_call(node)):
-                    seen = lexical.get(key)
+                    seen = value[key]  # its value is on the lexical device it was first read on
                     if seen is not None and here is not None and not _same(seen, here):
                         self.edges.append(Edge(node.span, _label(node), seen, here))
                         continue
                 self.use(node, value[key], want)
                 continue
-            lexical[key] = here
-            stack.append((_EXIT, node, here, want))
+            if t is Let or t is ast.TupleGetItem:
+                # Their value is their body's / tuple's: known after the children.
+                stack.append((_EXIT, node, here, want))
+            else:
+                # Known now (written on the node, the callee's, or the lexical
+                # device): no exit item, so a deep chain keeps a short stack.
+                value[key] = got = self.exit(node, here)
+                self.use(node, got, want)
             self.enter(node, here, stack)
 
     @staticmethod
