@@ -390,7 +390,9 @@ def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any
     clock = clock or time.monotonic
     outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
     if outcome.placements is None:  # the Relax path (issue 21) plans without placements
-        raise PlanFailure.plain(KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)")
+        raise PlanFailure.plain(
+            KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)"
+        )
     return outcome, report_from_response(outcome.as_dict(), job.options.mode)
 
 
