@@ -205,7 +205,7 @@ def _matmul(ctx: EmitContext, args: list[relax.Expr]) -> relax.Expr:
     a, b = args
     if ctx.attr("transpose_a", False):
         a = relax.op.permute_dims(a, _swap_last(len(static_shape(a))))
-    if ctx.attr("transpose_b", ctx.op_name == "nn.batch_matmul"):
+    if ctx.attr("transpose_b", False):  # TVM 0.19's Matmul/BatchMatmulAttrs default (its Python builder passes True)
         b = relax.op.permute_dims(b, _swap_last(len(static_shape(b))))
     return relax.op.matmul(a, b, out_dtype=_layout_or_none(ctx.attr("out_dtype", "")))
 

@@ -966,7 +966,7 @@ def _batch_matmul(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
             f"{op}: x and y must have 3 dimensions, got {D.shape_text(x.shape)} and {D.shape_text(y.shape)}"
         )
     ta = bool(attrs.get("transpose_a", False))
-    tb = bool(attrs.get("transpose_b", True))
+    tb = bool(attrs.get("transpose_b", False))  # TVM 0.19's BatchMatmulAttrs default
     xb, xi, xk = x.shape[0], x.shape[2 if ta else 1], x.shape[1 if ta else 2]
     yb, yk, yj = y.shape[0], y.shape[2 if tb else 1], y.shape[1 if tb else 2]
     if not any(D.is_any(d) for d in x.shape + y.shape):

@@ -371,6 +371,17 @@ def test_batch_matmul_matches_numpy(transpose_a: bool, transpose_b: bool, batche
         rel("nn.batch_matmul", T(*xs.shape), T(3, 7, 7), transpose_a=transpose_a, transpose_b=transpose_b)
 
 
+def test_batch_matmul_defaults_are_tvm_attrs_defaults() -> None:
+    # Text without the attribute means the attribute node's default (false), as
+    # TVM 0.19's printer omits default-valued fields; only its Python builder passes True.
+    assert rel("nn.batch_matmul", T(2, 5, 3), T(2, 3, 7)) == T(2, 5, 7)
+    module = relay.parse_text(
+        "def @main(%a: Tensor[(2, 5, 3), float32], %b: Tensor[(2, 3, 7), float32]) {\n"
+        "  nn.batch_matmul(%a, %b)\n}"
+    )
+    assert relay.infer_types(module).function("main").ret_type == T(2, 5, 7)
+
+
 def test_matmul() -> None:
     assert rel("nn.matmul", T(4, 5), T(5, 6)) == T(4, 6)
     assert rel("nn.matmul", T(5, 4), T(6, 5), transpose_a=True, transpose_b=True) == T(4, 6)
