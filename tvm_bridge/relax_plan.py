@@ -192,7 +192,8 @@ def strip_devices(mod: Any) -> Any:
         if isinstance(e, relax.Call):
             if isinstance(e.op, tvm.ir.Op) and e.op.name in ("relax.hint_on_device", "relax.to_vdevice"):
                 return expr(e.args[0])
-            return relax.Call(e.op, [expr(a) for a in e.args], e.attrs, [ty_of(a) for a in e.ty_args])
+            op = gvars.get(hash(e.op), e.op) if isinstance(e.op, relax.GlobalVar) else e.op
+            return relax.Call(op, [expr(a) for a in e.args], e.attrs, [ty_of(a) for a in e.ty_args])
         if isinstance(e, relax.If):
             return relax.If(expr(e.cond), seq(e.true_branch), seq(e.false_branch))
         if isinstance(e, relax.SeqExpr):
@@ -214,11 +215,17 @@ def strip_devices(mod: Any) -> Any:
         return relax.SeqExpr(blocks, expr(s.body))
 
     funcs = {}
+    # New GlobalVars: each carries its function's type, which loses its devices.
+    gvars = {hash(gv): relax.GlobalVar(str(gv.name_hint)) for gv in mod.get_global_vars()
+             if isinstance(mod[gv], relax.Function)}
+    update_type = tvm.get_global_func("relax.UpdateType")
     for gv in mod.get_global_vars():
         f = mod[gv]
         if isinstance(f, relax.Function):
             params = [new_var(p) for p in f.params]
-            funcs[gv] = relax.Function(params, seq(f.body), ty_of(f.ret_ty), f.is_pure, f.attrs)
+            new_gv = gvars[hash(gv)]
+            funcs[new_gv] = new_f = relax.Function(params, seq(f.body), ty_of(f.ret_ty), f.is_pure, f.attrs)
+            update_type(new_gv, new_f.ty)
         else:
             funcs[gv] = f
     infos = {k: v for k, v in mod.global_infos.items() if k != "vdevice"} if mod.global_infos else {}

@@ -149,6 +149,9 @@ class _Writer:
         self.copies = 0
         self.copied: dict[int, dict[tuple[int, VirtualDevice], Any]] = {}  # per block: copies made
         self.names: set[str] = set()
+        # The functions' new GlobalVars: a GlobalVar carries its function's type,
+        # and callers infer their results from it (typed once the callee is written).
+        self.globals: dict[int, Any] = {}
 
     # ---- devices
 
@@ -176,6 +179,12 @@ class _Writer:
         if isinstance(ty, relax.TupleType):
             return relax.TupleType([self.typed(f, vd) for f in ty.fields])
         return ty
+
+    def callee(self, op: Any) -> Any:
+        """A call's operator, a rewritten function's new GlobalVar where it is one."""
+        if isinstance(op, relax.GlobalVar):
+            return self.globals.get(_key(op), op)
+        return op
 
     def device_of(self, var: Any) -> VirtualDevice | None:
         return self.dev.get(_key(var))
@@ -383,7 +392,7 @@ class _Writer:
                     position += 1
                 else:
                     args.append(self.leaf(a, out, dataflow, None, None, None))
-            return relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
+            return relax.Call(self.callee(value.op), args, value.attrs, value.ty_args, value.span)
         if isinstance(value, relax.Tuple):
             fields = [
                 self.leaf(f, out, dataflow, self.p.expected.get((id(real), j)), real, j)
@@ -400,7 +409,7 @@ class _Writer:
         variables renamed only."""
         if isinstance(value, relax.Call):
             args = [self.leaf(a, out, dataflow, None, None, None) for a in value.args]
-            return relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
+            return relax.Call(self.callee(value.op), args, value.attrs, value.ty_args, value.span)
         return self.leaf(value, out, dataflow, None, None, None)
 
 
@@ -438,11 +447,16 @@ def write_back(translation: Translation, placement: Placement, devices: list[Vir
     mod = translation.relax_module
     writer = _Writer(translation, placement, [])
     funcs: dict[Any, Any] = {}
+    planned = [gv for gv in mod.get_global_vars() if str(gv.name_hint) in translation.functions]
+    for gv in planned:
+        writer.globals[_key(gv)] = relax.GlobalVar(str(gv.name_hint))
     for gv in mod.get_global_vars():
         func = mod[gv]
         name = str(gv.name_hint)
-        if isinstance(func, relax.Function) and name in translation.functions:
-            funcs[gv] = writer.function(name, func)
+        if _key(gv) in writer.globals:
+            new_gv = writer.globals[_key(gv)]
+            funcs[new_gv] = new_func = writer.function(name, func)
+            _UPDATE_TYPE(new_gv, new_func.ty)
         else:
             funcs[gv] = func
     used = list(writer.vdevices)

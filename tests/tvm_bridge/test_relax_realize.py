@@ -316,3 +316,39 @@ class Input:
     assert any("relax.call_tir" in e.message for e in planned.result.cost.estimates)
     tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(out), out)
     tvm.ir.assert_structural_equal(strip_devices(out), strip_devices(read_relax(source)[0]))
+
+
+CALLS_AND_IF = """
+@I.ir_module
+class Input:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("llvm", 1)]})
+
+    @R.function
+    def helper(a: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        b = R.exp(a)
+        return b
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), c: R.Tensor((), "bool")) -> R.Tensor((4,), "float32"):
+        cls = Input
+        y = cls.helper(x)
+        z = R.hint_on_device(y, R.device(1, 1))
+        if c:
+            w = R.negative(z)
+            r = w
+        else:
+            r = R.add(z, R.const(1.0))
+        return r
+"""
+
+
+@pytest.mark.parametrize("mode", ["tvm", "optimize"])
+def test_calls_of_other_functions_and_if_follow_the_hint(mode: str) -> None:
+    planned = _plan(CALLS_AND_IF, mode=mode, default_device="cpu:0", host_device="cpu:0")
+    out = planned.module
+    helper = out["helper"]
+    assert int(helper.params[0].ty.vdevice.vdevice_id) == 1  # the callee follows its caller's hint
+    assert int(out["main"].ret_ty.vdevice.vdevice_id) == 1
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(out), out)
+    tvm.ir.assert_structural_equal(strip_devices(out), strip_devices(read_relax(CALLS_AND_IF)[0]))
+    relax.analysis.well_formed(out)
