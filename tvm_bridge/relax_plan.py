@@ -108,6 +108,10 @@ def plan_relax(mod: Any, config: PlanConfig | None = None, source: SourceText | 
     line:column, SolverTimeout, PlanConfigError) and RelaxTranslationError."""
     config = config or PlanConfig()
     translation = translate(mod, source, config.mode)
+    if getattr(config, "check_types", False):
+        # Relax types come from TVM (the module was read and type-checked by it);
+        # our Relay type check does not know the Relax names the translation keeps.
+        config = dataclasses.replace(config, check_types=False)
     if any(_relax_op_selector(c) for c in config.constraints):
         config = dataclasses.replace(config, constraints=_node_constraints(translation, config.constraints))
     result = plan(translation.module, config)
