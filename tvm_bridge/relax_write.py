@@ -215,7 +215,13 @@ class _Writer:
         tail: list[Any] = []
         body = self.leaf(seq.body, tail, False, expected_body, parent, position)
         if tail:
-            blocks.append(relax.BindingBlock(tail))
+            # Copies of the result: into the last block unless it is a dataflow
+            # block (TVM merges adjacent plain blocks; so does this, to stay a fixed point).
+            if blocks and not isinstance(blocks[-1], relax.DataflowBlock):
+                last = blocks.pop()
+                blocks.append(relax.BindingBlock([*last.bindings, *tail], last.span))
+            else:
+                blocks.append(relax.BindingBlock(tail))
         return _with_type(relax.SeqExpr(blocks, body, seq.span), body.ty)
 
     # ---- operands

@@ -352,3 +352,38 @@ def test_calls_of_other_functions_and_if_follow_the_hint(mode: str) -> None:
     tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(out), out)
     tvm.ir.assert_structural_equal(strip_devices(out), strip_devices(read_relax(CALLS_AND_IF)[0]))
     relax.analysis.well_formed(out)
+
+
+SELECTED = """
+@I.ir_module
+class Input:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("llvm", 1)]})
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        a = R.add(x, y)
+        b = R.exp(a)
+        c = R.multiply(b, x)
+        return c
+"""
+
+
+@pytest.mark.parametrize(
+    ("select", "var"),
+    [
+        ({"at": f"{_line(SELECTED, 'b = ')}:13"}, "b"),
+        ({"op": "relax.exp"}, "b"),
+        ({"op": "relax.multiply", "index": 0}, "c"),
+        ({"param": "@main:y"}, "y"),
+    ],
+)
+def test_selectors_name_relax_bindings(select: dict[str, Any], var: str) -> None:
+    pin = {"select": select, "device": "cpu:0"}
+    planned = _plan(SELECTED, default_device="cpu:1", host_device="cpu:0", constraints=(pin,))
+    main = planned.module["main"]
+    types = {p.name: p.ty for p in main.params}
+    types.update({b.var.name: b.var.ty for b in main.body.blocks[0].bindings})
+    assert int(types[var].vdevice.vdevice_id) == 0
+    unpinned = _plan(SELECTED, default_device="cpu:1", host_device="cpu:0").module["main"]
+    assert all(int(b.var.ty.vdevice.vdevice_id) == 1 for b in unpinned.body.blocks[0].bindings)
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(planned.module), planned.module)
