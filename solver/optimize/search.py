@@ -90,6 +90,40 @@ def topological_order(problem: Problem) -> list[int]:
     return order
 
 
+def depth_first_order(problem: Problem) -> list[int]:
+    """Another topological order: Kahn's algorithm taking the most recently
+    readied class first (depth first), which keeps a weight next to the
+    operator that reads it (weights are numbered after every operator, so
+    `topological_order` puts them all first). Cycles as there."""
+    n = len(problem.allowed)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for u, v, _b, _uses in problem.edges:
+        succ[v].append(u)
+        indeg[u] += 1
+    ready = [c for c in range(n) if indeg[c] == 0]
+    ready.reverse()
+    done = [False] * n
+    order: list[int] = []
+    next_stuck = 0
+    while len(order) < n:
+        if not ready:
+            while done[next_stuck]:
+                next_stuck += 1
+            ready.append(next_stuck)
+            indeg[next_stuck] = 0
+        c = ready.pop()
+        if done[c]:
+            continue
+        done[c] = True
+        order.append(c)
+        for s in succ[c]:
+            indeg[s] -= 1
+            if indeg[s] == 0 and not done[s]:
+                ready.append(s)
+    return order
+
+
 def one_device_plan(problem: Problem, device: int) -> list[int] | None:
     """Every free class on `device`; None when some free class may not take it."""
     out = []
@@ -136,6 +170,7 @@ def segment_plan(
     deadline: Deadline | None = None,
     devices: Sequence[int] | None = None,
     limit: int = 200_000,
+    order: Sequence[int] | None = None,
 ) -> list[int] | None:
     """The best split of a topological order of the free classes into
     contiguous segments, one per device in the table's order (or in the order
@@ -151,7 +186,8 @@ def segment_plan(
     class is a cell; otherwise the best split found."""
     k = len(problem.devices)
     perm = list(range(k)) if devices is None else list(devices)
-    order = topological_order(problem)
+    if order is None:
+        order = topological_order(problem)
     free = [c for c in order if len(problem.allowed[c]) > 1]
     n = len(free)
     if n == 0 or k < 2:
@@ -302,6 +338,7 @@ def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None 
     for d in range(len(problem.devices)):
         add(one_device_plan(problem, d), f"all on {problem.names[d]}")
     add(segment_plan(problem, weights, deadline), "segments")
+    add(segment_plan(problem, weights, deadline, order=depth_first_order(problem)), "segments (depth first)")
     add(cheapest_plan(problem), "cheapest")
     return out
 

@@ -159,6 +159,7 @@ SEARCH_SHARE = 25
 # Coarse levels: runs of this many classes of a topological order merged
 # (`search.coarsen`), each solved by HiGHS with this share of the time left.
 COARSE_LEVELS = (32,)
+COARSE_MIN = 256  # free classes below which no coarse level runs
 COARSE_SHARE = 0.2
 
 
@@ -175,7 +176,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
     best_value = evaluate(problem, weights, best)[0]
     free = sum(1 for ok in problem.allowed if len(ok) > 1)
     for size in COARSE_LEVELS:
-        if free <= 2 * size:
+        if free <= COARSE_MIN:  # small problems: the full MILP gets the time
             continue
         limit_s = deadline.remaining_ms() * COARSE_SHARE / 1000
         if limit_s < 0.05:
