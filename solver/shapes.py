@@ -126,7 +126,14 @@ def _infer_from(info: ShapeInfo, root: Expr, deadline: Deadline | None) -> None:
                 _bind_pattern(info, clauses[index].lhs, info.of(data))
 
     def post(node: Expr) -> None:
-        done[id(node)] = _shape_of_node(info, node)
+        # Operator calls, most nodes, without the general match: an operator's
+        # result has no shape of its own unless it passes its argument's through.
+        if isinstance(node, Call) and isinstance(node.op, Op) and node.checked_type is None:
+            args = node.args
+            passes = node.op.name in _PASS_THROUGH_OPS and len(args) == 1
+            done[id(node)] = done.get(id(args[0])) if passes else None
+        else:
+            done[id(node)] = _shape_of_node(info, node)
         if deadline is not None and not len(done) & MASK:
             deadline.check("infer")
 
