@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from service.config import Settings
 from service.jobs.queue import public_status
@@ -52,3 +54,26 @@ def test_queue_mode_refuses_a_store_workers_cannot_reach() -> None:
 )
 def test_rq_statuses_in_our_vocabulary(rq_status: str, result: dict[str, object] | None, status: str) -> None:
     assert public_status(rq_status, result) == status
+
+
+def test_jobs_take_the_compile_keys_and_a_dead_redis_is_503(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    settings = Settings(
+        pool_kind="thread",
+        pool_size=1,
+        queue_url="redis://127.0.0.1:1/0",  # nothing listens there
+        artifact_dir=tmp_path,
+        artifact_dir_shared=True,
+        compile_api_keys=SecretStr("compile-key"),
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.get("/jobs").status_code == 401
+        assert client.get("/jobs", headers={"Authorization": "Bearer other"}).status_code == 401
+        response = client.get("/jobs", headers={"Authorization": "Bearer compile-key"})
+        assert response.status_code == 503
+        assert response.json()["type"].endswith("/queue-unavailable")
+        assert response.headers["retry-after"]
+        assert "devplan_queue_up 0.0" in client.get("/metrics").text
