@@ -158,10 +158,11 @@ def _node_constraints(translation: Translation, constraints: Sequence[Mapping[st
 
 
 def print_relax(mod: Any, fmt: str = "text") -> str:
-    """TVMScript (`mod.script()`) or TVM JSON of a module."""
+    """TVMScript or TVM JSON of a module. The TVMScript carries its metadata
+    (constants too large to print inline) so that it reads back."""
     if fmt == "json":
         return str(tvm.ir.save_json(mod))
-    return str(mod.script())
+    return str(mod.script(show_meta=True))
 
 
 def strip_devices(mod: Any) -> Any:

@@ -149,6 +149,7 @@ class _Writer:
         self.copies = 0
         self.copied: dict[int, dict[tuple[int, VirtualDevice], Any]] = {}  # per block: copies made
         self.names: set[str] = set()
+        self.result: VirtualDevice | None = None  # the current function's result device
         # The functions' new GlobalVars: a GlobalVar carries its function's type,
         # and callers infer their results from it (typed once the callee is written).
         self.globals: dict[int, Any] = {}
@@ -199,6 +200,7 @@ class _Writer:
             self.dev[_key(p)] = vd if is_data(p.ty) else None
             params.append(new)
         result = self.p.results[name]
+        self.result = result
         relay_func = self.t.functions[name]
         body = self.seq(func.body, expected_body=result, parent=relay_func, position=None)
         ret_ty = self.typed(func.ret_ty, result)
@@ -307,7 +309,22 @@ class _Writer:
             new_var = self.new_var(var, b.struct_info if hasattr(b, "struct_info") else var.ty, device)
             out.append(relax.MatchCast(new_var, new_value, new_var.ty, b.span))
             return
-        if folded_into is not None:
+        dead = (
+            real is not None and folded_into is None and kind in ("op", "call", "tuple", "item", "const", "if")
+            and id(real) not in self.p.device
+        )
+        if dead:
+            # Not used by the result: the plan never reached it. It goes with its
+            # first placed operand (else the function's result device).
+            device = next(
+                (d for d in (self.device_of(v) for v in _operand_vars(value)) if d is not None), self.result
+            )
+            new_value = self.rebuild(value, out, dataflow, device)
+            if kind == "const" and device is not None:
+                new_value = _with_type(
+                    relax.op.to_vdevice(value, self.relax_vdevice(device)), self.typed(value.ty, device)
+                )
+        elif folded_into is not None:
             dense = _strip(self.t.bindings[folded_into].node)  # type: ignore[arg-type]
             device = self.p.device.get(id(dense))
             expected = self.p.expected.get((id(dense), 1))
@@ -340,7 +357,15 @@ class _Writer:
             then = self.seq(value.true_branch, self.p.expected.get((id(real), 1)), real, 1)
             other = self.seq(value.false_branch, self.p.expected.get((id(real), 2)), real, 2)
             new_value = relax.If(cond, then, other, value.span)
-        elif real is not None and kind in ("op", "call", "tuple", "item", "const"):
+        elif real is not None and kind == "const":
+            # A constant has no device of its own: it is put on its binding's
+            # (TVM would otherwise infer the binding off the device again).
+            device = self.p.device.get(id(real))
+            new_value = value
+            if device is not None:
+                vdev = self.relax_vdevice(device)
+                new_value = _with_type(relax.op.to_vdevice(value, vdev), self.typed(value.ty, device))
+        elif real is not None and kind in ("op", "call", "tuple", "item"):
             device = self.p.device.get(id(real))
             new_value = self.operands(value, real, out, dataflow)
         else:
@@ -410,12 +435,20 @@ class _Writer:
             return relax.TupleGetItem(inner, value.index)
         return value
 
-    def rebuild(self, value: Any, out: list[Any], dataflow: bool) -> Any:
-        """A value the plan does not place (shapes, prim values, ...): its
-        variables renamed only."""
+    def rebuild(self, value: Any, out: list[Any], dataflow: bool, device: VirtualDevice | None = None) -> Any:
+        """A value the plan does not place (shapes, prim values, dead code): its
+        variables renamed, and with `device` its data operands copied there."""
         if isinstance(value, relax.Call):
-            args = [self.leaf(a, out, dataflow, None, None, None) for a in value.args]
+            args = [
+                self.leaf(a, out, dataflow, device if is_data(getattr(a, "ty", None)) else None, None, None)
+                for a in value.args
+            ]
             return relax.Call(self.callee(value.op), args, value.attrs, value.ty_args, value.span)
+        if isinstance(value, relax.If):
+            cond = self.leaf(value.cond, out, dataflow, device, None, None)
+            then = self.seq(value.true_branch, device, None, None)
+            other = self.seq(value.false_branch, device, None, None)
+            return relax.If(cond, then, other, value.span)
         return self.leaf(value, out, dataflow, None, None, None)
 
 
@@ -440,6 +473,24 @@ def _normalized(value: Any) -> Any:
     except Exception:  # noqa: BLE001 - TVM cannot infer it alone (a call of another function)
         log.debug("no inferred type for a %s call", type(value.op).__name__)
         return value
+
+
+def _operand_vars(value: Any) -> list[Any]:
+    """The variables a binding's value reads directly (inline tuples looked into)."""
+    if isinstance(value, relax.Var):
+        return [value]
+    if isinstance(value, relax.Call):
+        found = []
+        for a in value.args:
+            found.extend(_operand_vars(a) if isinstance(a, (relax.Var, relax.Tuple)) else [])
+        return found
+    if isinstance(value, relax.Tuple):
+        return [v for f in value.fields for v in _operand_vars(f)]
+    if isinstance(value, relax.TupleGetItem):
+        return _operand_vars(value.tuple_value)
+    if isinstance(value, relax.If):
+        return _operand_vars(value.cond)
+    return []
 
 
 def _has_type(expr: Any) -> bool:

@@ -110,3 +110,21 @@ def test_mlp_relax_plan_runs_on_two_cpus_like_the_unannotated_module() -> None:
 @pytest.mark.parametrize("model", ["resnet18", "mobilenet"])
 def test_corpus_relax_plan_runs_on_two_cpus(model: str) -> None:
     _two_cpus(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model",
+    ["dcgan", "dqn", "squeezenet", "vgg16", "inception_v3", "densenet121", "resnet3d_18", "lstm", "synthetic"],
+)
+def test_every_corpus_model_as_relax_plans_like_relay_in_tvm_mode(model: str) -> None:
+    module = load_corpus(f"{model}.relay")
+    mod, source = _relax_of(module)
+    config = PlanConfig(timeout_ms=60_000)
+    want = plan(module, config)
+    got = plan_relax(mod, config, source)
+    assert got.copies == len(want.copies)
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(got.module), got.module)
+    tvm.ir.assert_structural_equal(strip_devices(got.module), strip_devices(mod))
+    again, _ = read_relax(print_relax(got.module))
+    tvm.ir.assert_structural_equal(again, got.module)
