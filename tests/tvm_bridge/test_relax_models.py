@@ -9,6 +9,7 @@ profiles) compile and compute what the unannotated module computes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,13 @@ def test_every_corpus_model_as_relax_plans_like_relay_in_tvm_mode(model: str) ->
     tvm.ir.assert_structural_equal(strip_devices(got.module), strip_devices(mod))
     again, _ = read_relax(print_relax(got.module))
     tvm.ir.assert_structural_equal(again, got.module)
+
+
+def test_benchmark_table_runs_on_mlp() -> None:
+    """benchmarks/relax.py stays runnable (its numbers are in docs/relax.md)."""
+    import runpy
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "relax.py"))
+    rows = dict(bench["run"]("mlp", 1))
+    assert rows["relax: total, our path"] > 0 and rows["relay: total"] > 0
+    assert rows["relax / relay"] == pytest.approx(rows["relax: total, our path"] / rows["relay: total"])
