@@ -60,6 +60,9 @@ def _compare(model: str) -> None:
     # Only devices changed, and TVM's own pass has nothing left to do.
     tvm.ir.assert_structural_equal(strip_devices(got.module), strip_devices(mod))
     tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(got.module), got.module)
+    # Re-planning the output changes nothing, in either mode.
+    for config in (_config("relax.nn.softmax"), PlanConfig(default_device="cuda", timeout_ms=60_000)):
+        tvm.ir.assert_structural_equal(plan_relax(got.module, config).module, got.module)
     # Each copy's line is a binding of the TVMScript.
     for span, _, _ in got.result.copies:
         assert span is not None and span.source is source
