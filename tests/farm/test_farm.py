@@ -136,7 +136,7 @@ def test_six_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_
 def test_metrics_read_the_farm_from_redis(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    # (The jobs router's lifespan registered the farm collector at startup.)
+    # (create_app registers the farm collector in queue mode.)
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(api.get("/metrics").text)

@@ -76,4 +76,7 @@ def test_jobs_take_the_compile_keys_and_a_dead_redis_is_503(tmp_path: Path) -> N
         assert response.status_code == 503
         assert response.json()["type"].endswith("/queue-unavailable")
         assert response.headers["retry-after"]
-        assert "devplan_queue_up 0.0" in client.get("/metrics").text
+        metrics = client.get("/metrics").text
+        assert metrics.count("# TYPE devplan_queue_up gauge") == 1 and "devplan_queue_up 0.0" in metrics
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["dependency"] == "redis"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -36,30 +34,11 @@ from service.jobs.http import (
     store_down,
 )
 from service.jobs.models import CancelOut, JobList, JobOut, JobStatus
-from service.jobs.queue import JobQueue, JobView, QueueUnavailable
-from service.jobs.stats import FarmCollector
+from service.jobs.queue import JobView, QueueUnavailable
 from service.models import CompileRequest
 from service.problems import ProblemError, problem_responses
 
-
-@asynccontextmanager
-async def farm_lifespan(app: Any) -> AsyncIterator[None]:
-    """In queue mode, the app's queue client and its farm metrics (`service.jobs.stats`) from
-    startup on. FastAPI merges a router's lifespan into the app's when it is included, so every
-    app that serves /compile gets it."""
-    settings = app.state.settings
-    if settings.queue_url and getattr(app.state, "farm_collector", None) is None:
-        queue = getattr(app.state, "job_queue", None)
-        if queue is None:
-            queue = JobQueue(settings)
-            app.state.job_queue = queue
-        collector = FarmCollector(queue)
-        app.state.metrics.registry.register(collector)
-        app.state.farm_collector = collector
-    yield
-
-
-jobs_router = APIRouter(tags=["jobs"], lifespan=farm_lifespan)
+jobs_router = APIRouter(tags=["jobs"])
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")
