@@ -24,6 +24,7 @@ Every Relay node made for a binding carries the binding's TVMScript span
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -714,10 +715,9 @@ def _rank(ty: Any) -> int | None:
 
 
 def _with_type(node: ast.Expr, ty: ast.Type | None) -> ast.Expr:
+    """`node` stating the type TVM gave its binding (the cost model's fallback)."""
     if ty is None or isinstance(node, (ast.Var, ast.GlobalVar, ast.Op)):
         return node
-    import dataclasses
-
     return dataclasses.replace(node, checked_type=ty)
 
 
