@@ -537,3 +537,47 @@ def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
         largest=largest,
     )
     return coarse, group
+
+
+def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadline: Deadline) -> list[int]:
+    """Single-class moves that keep support and budgets and lower the
+    objective, first improvement, until none is left or the deadline: the
+    cheap polish expansion cannot do under tight budgets (an expansion move
+    that overfills a device is dropped whole, while moving one class may fit).
+    The change of the objective is computed from the class's own kernels and
+    edges; budgets are re-checked only for improving moves."""
+    assign = list(start)
+    incident: list[list[tuple[int, int, int, int]]] = [[] for _ in problem.allowed]
+    for edge in problem.edges:
+        incident[edge[0]].append(edge)
+        incident[edge[1]].append(edge)
+
+    def local(c: int, d: int) -> int:
+        value = problem.unary[c][d] * weights.per_ns + (0 if d == problem.pref[c] else 1)
+        for u, v, b, uses in incident[c]:
+            du = d if u == c else assign[u]
+            dv = d if v == c else assign[v]
+            if du != dv:
+                value += problem.edge_ns(b, dv, du, uses) * weights.per_ns + uses * weights.per_copy
+        return value
+
+    improved = True
+    while improved:
+        improved = False
+        for c, ok in enumerate(problem.allowed):
+            if len(ok) == 1:
+                continue
+            if deadline.remaining_ms() <= 0:
+                return assign
+            here = assign[c]
+            base = local(c, here)
+            for d in ok:
+                if d == here or local(c, d) >= base:
+                    continue
+                assign[c] = d
+                if budget_violations(problem, assign):
+                    assign[c] = here
+                    continue
+                improved = True
+                break
+    return assign

@@ -15,7 +15,7 @@ from ..deadline import Deadline
 from ..errors import SolverTimeout
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
-from .search import Candidate, coarsen, expand, obvious_plans
+from .search import Candidate, coarsen, expand, local_moves, obvious_plans
 from .search_milp import milp_solve
 from .z3_encoding import Encoding
 
@@ -253,6 +253,9 @@ def _search(
         if fallback is None:
             return None
         return dataclasses.replace(fallback, lower=max(fallback.lower, lower))
+    if not (found is not None and found.proven and found.assign == assign):
+        # Polish: single-class moves within the budgets (a few ms).
+        assign = local_moves(problem, weights, assign, Deadline(max(1, deadline.remaining_ms() // 10)))
     value = evaluate(problem, weights, assign)[0]
     if found is not None and found.proven and found.assign == assign:
         lower = value

@@ -277,3 +277,25 @@ def test_z3_encoding_agrees_with_evaluate_and_budgets(seed: int) -> None:
         if fits:
             value = checker.model().eval(obj).as_long() + enc.constant(weights)
             assert value == evaluate(problem, weights, assign)[0]
+
+
+def test_local_moves_keep_budgets_and_never_worsen() -> None:
+    from solver.optimize.search import local_moves
+
+    for seed in range(6):
+        problem = random_problem(300 + seed, 3, 8, budgets=True, pins=False)
+        weights = Weights.of(problem)
+        start = one_device_plan(problem, 0)
+        assert start is not None
+        if budget_violations(problem, start):
+            continue
+        plan = local_moves(problem, weights, start, Deadline.never())
+        assert not budget_violations(problem, plan)
+        assert evaluate(problem, weights, plan)[0] <= evaluate(problem, weights, start)[0]
+        # A local optimum: no single feasible move improves it.
+        for c, ok in enumerate(problem.allowed):
+            for d in ok:
+                trial = list(plan)
+                trial[c] = d
+                if not budget_violations(problem, trial):
+                    assert evaluate(problem, weights, trial)[0] >= evaluate(problem, weights, plan)[0]
