@@ -35,12 +35,14 @@ import tvm
 from tvm import relax
 
 from relay import ast
-from relay.device import Target, VirtualDevice
+from relay.device import Target, VirtualDevice, parse_target
 from relay.span import RelayError, SourceText, Span
 
 log = logging.getLogger(__name__)
 
 HINT = "relax.hint_on_device"
+# The target a hint's device gets when the vdevice list has none of its type.
+_TARGET_KINDS: dict[int, str] = {1: "llvm", 2: "cuda", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm"}
 TO_VDEVICE = "relax.to_vdevice"
 
 
@@ -430,7 +432,9 @@ class _Translator:
             ):
                 return entry
         log.info("hint at %s names device (%d, %d, %s), not in the vdevice list", span, device_type, index, scope)
-        return VirtualDevice(device_type, index, None, rscope)
+        kind = _TARGET_KINDS.get(device_type)
+        target = parse_target(kind) if kind is not None else None
+        return VirtualDevice(device_type, index, target, rscope)
 
     # ---- module
 

@@ -387,3 +387,24 @@ def test_selectors_name_relax_bindings(select: dict[str, Any], var: str) -> None
     unpinned = _plan(SELECTED, default_device="cpu:1", host_device="cpu:0").module["main"]
     assert all(int(b.var.ty.vdevice.vdevice_id) == 1 for b in unpinned.body.blocks[0].bindings)
     tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(planned.module), planned.module)
+
+
+def test_hint_naming_an_unlisted_device_adds_it() -> None:
+    """RealizeVDevice fails on a hint whose device is not in the list; we add it
+    (with its type's usual target) and place the hinted value there."""
+    source = """
+@I.ir_module
+class Input:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        a = R.exp(x)
+        b = R.hint_on_device(a, R.device(2, 0))
+        c = R.negative(b)
+        return c
+"""
+    planned = _plan(source, default_device="cpu", host_device="cpu")
+    (vdevice,) = planned.module.global_infos["vdevice"]
+    assert str(vdevice.target.kind.name) == "cuda" and int(vdevice.vdevice_id) == 0
+    a = planned.module["main"].body.blocks[0].bindings[0]
+    assert str(a.var.ty.vdevice.target.kind.name) == "cuda"
+    tvm.ir.assert_structural_equal(relax.transform.RealizeVDevice()(planned.module), planned.module)
