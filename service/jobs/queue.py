@@ -169,7 +169,7 @@ class JobQueue:
                 failure_ttl=s.job_result_ttl_s,
                 retry=Retry(max=s.compile_retries) if s.compile_retries > 0 else None,
                 on_failure=Callback(FAILURE_CALLBACK),
-                meta={"key": key, "attempts": 0},
+                meta={"key": key, "attempts": 0, "retries": s.compile_retries},
             )
         except BaseException:
             self._forget_inflight(key, job_id)
@@ -218,7 +218,8 @@ class JobQueue:
                 attempts = int(job.meta.get("attempts", 0))
                 message = (
                     f"the job's worker died or its work horse was killed ({attempts} attempt(s), "
-                    f"{self.settings.compile_retries} retries allowed): {_last_line(job.exc_info)}"
+                    f"{job.meta.get('retries', self.settings.compile_retries)} retries allowed): "
+                    f"{_last_line(_failure_text(job))}"
                 )
                 problem = PlanFailure.plain(COMPILE_LOST.slug, message).as_dict()
         elif status == "canceled":
@@ -345,6 +346,13 @@ def forget_inflight(redis: Any, key: str, job_id: str) -> None:
     script = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
     with redis_errors("in-flight entry"):
         redis.eval(script, 1, INFLIGHT + key, job_id)
+
+
+def _failure_text(job: Any) -> str | None:
+    """The traceback or reason RQ recorded for a failed job (its latest result)."""
+    latest = job.latest_result()
+    text = getattr(latest, "exc_string", None)
+    return str(text) if text else None
 
 
 def _last_line(text: str | None) -> str:

@@ -167,6 +167,13 @@ def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_
     assert redirect.status_code == 307
     assert httpx.get(redirect.headers["location"]).content == data
     assert api.get(f"/artifacts/{'0' * 64}").status_code == 404
+    # The bucket's lifecycle rule expired the library: the same request is a miss and compiles again.
+    farm.s3().delete_object(Bucket=BUCKET, Key=f"artifacts/{artifact_id}.so")
+    again = api.post("/jobs/compile", json=tiny(11, run_check=True))
+    assert again.status_code == 202, again.text
+    rebuilt = wait_job(api, again.json()["id"], ("finished", "failed"))
+    assert rebuilt["status"] == "finished" and rebuilt["result"]["cache_hit"] is False
+    assert api.get(f"/artifacts/{rebuilt['result']['artifact_id']}").status_code == 200
 
 
 def test_queue_mode_with_a_shared_artifact_directory(farm: Farm, tmp_path: Path) -> None:
@@ -265,6 +272,27 @@ def test_worker_killed_mid_job_the_other_finishes_it(
     assert done["worker"] == survivor
     assert done["attempts"] == 2
     farm.workers.pop(victim)
+
+
+def test_a_job_whose_retries_ran_out_fails_as_compile_lost(farm: Farm, two_workers: list[str]) -> None:
+    settings = settings_for(farm).model_copy(update={"compile_retries": 0})
+    app = create_app(settings)
+    app.state.job_queue = JobQueue(settings, job_function="tests.farm.held.held_compile_job")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/jobs/compile", json=tiny(45)).json()["id"]
+        pid = next_held_pid(farm)
+        victim = wait_job(client, job_id, ("started",))["worker"]
+        horse_group = os.getpgid(pid)
+        farm.workers[victim].send_signal(signal.SIGKILL)
+        os.killpg(horse_group, signal.SIGKILL)
+        farm.workers[victim].wait(10)
+        farm.workers.pop(victim)
+        failed = wait_job(client, job_id, ("failed", "finished", "canceled"), timeout_s=60)
+        assert failed["status"] == "failed"
+        assert failed["problem"]["type"].endswith("/compile-lost")
+        assert "0 retries allowed" in failed["problem"]["detail"]
+        # A sync request for the same key is not stuck on the lost job: it gets a new one.
+        assert farm.connection().get(f"devplan:inflight:{cache_key(CompileRequest.model_validate(tiny(45)))}") is None
 
 
 def test_sigterm_finishes_the_job_a_second_sigterm_requeues_it(
