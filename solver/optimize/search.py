@@ -540,8 +540,9 @@ def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
 
 
 def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadline: Deadline) -> list[int]:
-    """Single-class moves that keep support and budgets and lower the
-    objective, first improvement, until none is left or the deadline: the
+    """Single-class moves (then moves of both ends of an edge) that keep
+    support and budgets and lower the objective, first improvement, until none
+    is left or the deadline: the
     cheap polish expansion cannot do under tight budgets (an expansion move
     that overfills a device is dropped whole, while moving one class may fit).
     The change of the objective is computed from the class's own kernels and
@@ -560,6 +561,18 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
             if du != dv:
                 value += problem.edge_ns(b, dv, du, uses) * weights.per_ns + uses * weights.per_copy
         return value
+
+    def pair_move(u: int, v: int, d: int) -> bool:
+        # Both ends of an edge to d: the change is the two moves in turn.
+        old_u, old_v = assign[u], assign[v]
+        change = local(u, d) - local(u, old_u)
+        assign[u] = d
+        change += local(v, d) - local(v, old_v)
+        assign[v] = d
+        if change < 0 and not budget_violations(problem, assign):
+            return True
+        assign[u], assign[v] = old_u, old_v
+        return False
 
     improved = True
     while improved:
@@ -580,4 +593,14 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
                     continue
                 improved = True
                 break
+        if improved:
+            continue
+        # No single move left: moves of both ends of an edge (a copy removed).
+        for u, v, _b, _uses in problem.edges:
+            if deadline.remaining_ms() <= 0:
+                return assign
+            for d in set(problem.allowed[u]) & set(problem.allowed[v]):
+                if (assign[u] != d or assign[v] != d) and pair_move(u, v, d):
+                    improved = True
+                    break
     return assign
