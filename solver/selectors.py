@@ -183,17 +183,17 @@ def resolve(module: Module, selector: Selector | Mapping[str, Any], where: str =
         if want is not None:
             found = found[want : want + 1] if isinstance(want, int) and want >= 0 else []
         if not found:
-            raise PlanConfigError(f"{where}: selector {sel.as_dict()!r} matches no operator call")
+            raise PlanConfigError(f"{where}: selector {sel.text()} matches no operator call")
         return found
     by_name = {gv.name: func for gv, func in module.functions}
     func = by_name.get(sel.function_name())
     if sel.kind == "function":
         if func is None:
-            raise PlanConfigError(f"{where}: selector {sel.as_dict()!r} matches no global function")
+            raise PlanConfigError(f"{where}: selector {sel.text()} matches no global function")
         return [func]
     param = next((p for p in func.params if p.name == sel.param_name()), None) if func else None
     if param is None:
-        raise PlanConfigError(f"{where}: selector {sel.as_dict()!r} matches no parameter")
+        raise PlanConfigError(f"{where}: selector {sel.text()} matches no parameter")
     return [param]
 
 

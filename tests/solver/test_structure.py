@@ -59,13 +59,20 @@ def test_kth_call_is_counted_by_one_rule_for_pins_and_why() -> None:
 
 
 def test_kth_call_out_of_range_counts_planned_calls() -> None:
-    """Two planned adds: index 2 matches nothing, for a pin and a why-query alike."""
+    """Two planned adds: index 2 matches nothing, for a pin and a why-query
+    alike, and both name the selector as JSON (pins wrote JSON, why-queries
+    Python's repr)."""
     module = relay.parse_text(EXTERNAL_FIRST)
-    with pytest.raises(solver.PlanConfigError, match="matches no operator call"):
+    with pytest.raises(
+        solver.PlanConfigError, match=r'selector \{"index": 2, "op": "add"\} matches no operator call'
+    ):
         solver.resolve(module, {"op": "add", "index": 2})
-    pin = {"select": {"op": "add", "index": 2}, "device": "cpu"}
-    with pytest.raises(solver.PlanConfigError, match="constraint #0"):
+    selector: dict[str, Any] = {"op": "add", "index": 2}
+    pin = {"select": selector, "device": "cpu"}
+    with pytest.raises(solver.PlanConfigError, match=r'constraint #0: selector \{"index": 2, "op": "add"\}'):
         solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda"), constraints=(pin,)))
+    with pytest.raises(solver.PlanConfigError, match=r'why #0: selector \{"index": 2, "op": "add"\}'):
+        solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda")), why=[selector])
 
 
 @pytest.mark.parametrize("kind", ["op", "node", "at"])
