@@ -7,6 +7,7 @@ carry a `PlanOptions`; `to_config` is the one place it becomes the solver's
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -48,21 +49,13 @@ class PlanOptions:
         """The solver's configuration (`timeout_ms` overrides the options' own,
         e.g. with the time left after parsing; `clock` measures it). Raises
         PlanConfigError when the options are not a valid configuration."""
-        config = PlanConfig(
-            virtual_devices=tuple(self.virtual_devices),
-            default_device=self.default_device,
-            host_device=self.host_device,
-            constraints=tuple(self.constraints),
-            timeout_ms=self.timeout_ms if timeout_ms is None else timeout_ms,
-            z3_check=self.z3_check,
-            check_types=self.check_types,
-            mode=self.mode,
-            op_support=self.op_support,
-            device_profiles=self.device_profiles,
-            links=self.links,
-            cost_table=self.cost_table,
-            assume_dim=self.assume_dim,
-            clock=clock,
-        )
+        # Every option is the configuration field of the same name (a new option
+        # is a field here and in PlanConfig; tests/solver/test_structure.py checks).
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["virtual_devices"] = tuple(self.virtual_devices)
+        values["constraints"] = tuple(self.constraints)
+        if timeout_ms is not None:
+            values["timeout_ms"] = timeout_ms
+        config = PlanConfig(**values, clock=clock)
         check_config(config)
         return config

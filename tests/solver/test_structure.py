@@ -127,3 +127,33 @@ def test_a_pass_that_changes_nothing_returns_its_input() -> None:
     module = relay.parse_text(EXTERNAL_FIRST)
     fr = front(module, resolve_devices(module, CONFIG), solver.deadline.Deadline(10_000))
     assert all(a is b for (_, a), (_, b) in zip(fr.functions, module.functions))
+
+
+def test_plan_options_become_the_config_field_by_field() -> None:
+    """`PlanOptions.to_config` is the one conversion: every option is the
+    PlanConfig field of the same name, and the result is validated."""
+    import dataclasses
+
+    options = solver.PlanOptions(
+        virtual_devices=["cpu", "cuda"],  # type: ignore[arg-type]
+        default_device="cpu",
+        host_device="cpu",
+        constraints=[{"select": {"op": "add"}, "device": "cpu"}],  # type: ignore[arg-type]
+        timeout_ms=1234,
+        z3_check=True,
+        mode="optimize",
+        op_support={"cuda": {"unsupported": ["add"]}},
+        device_profiles={"cpu": {"launch_us": 3.0}},
+        links={"cpu->cuda": {"gbps": 5.0}},
+        cost_table={"version": 1, "entries": []},
+        assume_dim=7,
+    )
+    config_fields = {f.name for f in dataclasses.fields(solver.PlanConfig)}
+    assert {f.name for f in dataclasses.fields(solver.PlanOptions)} <= config_fields
+    config = options.to_config()
+    for f in dataclasses.fields(solver.PlanOptions):
+        value = getattr(options, f.name)
+        assert getattr(config, f.name) == (tuple(value) if isinstance(value, list) else value), f.name
+    assert options.to_config(timeout_ms=5).timeout_ms == 5
+    with pytest.raises(solver.PlanConfigError, match="assume_dim"):
+        dataclasses.replace(options, assume_dim=0).to_config()
