@@ -462,10 +462,10 @@ RELAX_INSTALL = "pip install 'devplan[tvm]'"
 def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
     """`run_plan` for a Relax module (docs/relax.md): read by TVM, planned by the
     same planner, written back onto the same IRModule (tvm_bridge.relax_plan)."""
-    if job.why or job.picture is not None:
+    if job.why or job.picture is not None or job.include:
         message = (
-            "why-queries and pictures are not available for Relax modules yet (a later issue); "
-            "plan without `why` and without a picture"
+            "why-queries, pictures and placement reports are not available for Relax modules yet "
+            "(a later issue); plan without `why`, `include` and a picture"
         )
         raise PlanFailure.plain(KIND_CONFIG, message)
     try:

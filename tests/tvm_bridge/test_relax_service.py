@@ -193,3 +193,11 @@ def test_compile_plans_and_builds_a_relax_module(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         assert r.json()["report"]["device_copies"] >= 1
         assert r.json()["report"]["check"]["max_abs_error"] <= 1e-6
+
+
+def test_relax_picture_and_placements_are_422(client: TestClient) -> None:
+    r = client.post("/plan/picture", json={"module": MODULE, "default_device": "cpu:0", "host_device": "cpu:0"})
+    assert r.status_code == 422, r.text
+    assert "Relax" in r.json()["detail"]
+    r = _plan(client, module=MODULE, include=["placements"])
+    assert r.status_code == 422, r.text
