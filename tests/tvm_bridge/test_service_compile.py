@@ -98,7 +98,7 @@ def test_planned_corpus_module_compiles_for_llvm_and_cuda(client: TestClient) ->
     [
         (corpus_path("constructs/adt_match.relay"), "unsupported-construct"),
         (
-            '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) {\n  nn.fancy(%x)\n}\n',
+            '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) {\n  acos(%x)\n}\n',
             "unsupported-construct",
         ),
     ],
