@@ -277,6 +277,11 @@ class PlanRequest(BaseModel):
         "it) and is most of a small plan's latency, so it is off by default; `solver.z3_checked` says "
         "whether it ran. Optimize mode: Z3 also confirms a plan the min-cut found.",
     )
+    check_types: bool = Field(
+        True,
+        description="Type-check the module before planning, as TVM does (an ill-typed module is a 400 "
+        "`type-error`); false skips it. Operator names TVM does not register are refused either way.",
+    )
     op_support: dict[DeviceName, OpSupport] = Field(
         default_factory=dict,
         max_length=256,
@@ -313,6 +318,7 @@ class PlanRequest(BaseModel):
             constraints=tuple(constraint_to_plain(c) for c in self.constraints),
             timeout_ms=timeout_ms,
             z3_check=self.z3_check,
+            check_types=self.check_types,
             mode=self.mode,
             op_support=_plain_op_support(self.op_support),
             device_profiles=_plain_profiles(self.device_profiles),
