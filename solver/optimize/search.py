@@ -295,7 +295,7 @@ def segment_plan(
         improved = False
         for j in range(k - 1):
             for step in (-1, 1):
-                while deadline is None or deadline.remaining_ms() > 0:
+                while deadline is None or deadline.remaining_ms() > 1:
                     trial = list(bounds)
                     trial[j] += step
                     lo_b = trial[j - 1] if j > 0 else 0
@@ -580,7 +580,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
         for c, ok in enumerate(problem.allowed):
             if len(ok) == 1:
                 continue
-            if deadline.remaining_ms() <= 0:
+            if deadline.remaining_ms() <= 1:
                 return assign
             here = assign[c]
             base = local(c, here)
@@ -597,7 +597,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
             continue
         # No single move left: moves of both ends of an edge (a copy removed).
         for u, v, _b, _uses in problem.edges:
-            if deadline.remaining_ms() <= 0:
+            if deadline.remaining_ms() <= 1:
                 return assign
             for d in set(problem.allowed[u]) & set(problem.allowed[v]):
                 if (assign[u] != d or assign[v] != d) and pair_move(u, v, d):
