@@ -493,7 +493,7 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     """Plan one module. `--timeout-ms` is enforced cooperatively by `run_plan`
     (parse time counted, then the planner's deadline and Z3's own timeout, on
     `clock`): no signal, so no callback or `finally` can swallow the limit."""
-    from service.planning import PlanFailure, run_plan
+    from service.planning import PlanFailure, plan_report, run_plan
 
     _check_stdout(
         {
@@ -506,8 +506,6 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     report: dict[str, Any] | None = None
     try:
         if args.report is not None:
-            from service.report import plan_report
-
             outcome, report = plan_report(job, clock)
         else:
             outcome = run_plan(job, clock)
@@ -546,7 +544,8 @@ def _check_stdout(outputs: dict[str, bool]) -> None:
 
 def _side_report(path: str, args: argparse.Namespace, clock: Callable[[], float]) -> dict[str, Any]:
     """One side of `devplan diff`: a report as it is, or a module planned with the flags."""
-    from service.report import is_report, plan_report
+    from service.planning import plan_report
+    from service.report import is_report
 
     text, _ = _read_input(path)
     if text.lstrip().startswith("{"):

@@ -17,8 +17,8 @@ from service.api.routes import compile as compile_routes
 from service.api.routes import docs, explore, health, meta, plan
 from service.auth import AccessPolicy, add_security_scheme
 from service.config import Settings, get_settings
+from service.jobs.collector import FarmCollector
 from service.jobs.queue import JobQueue
-from service.jobs.stats import FarmCollector
 from service.metrics import Metrics
 from service.middleware import Admission, ServiceMiddleware
 from service.pool import PlanPool

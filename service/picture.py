@@ -36,6 +36,7 @@ import solver
 from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
+from service.report import operator_times, value_bytes
 from solver import input_roots, node_ids, planned_roots, wrapper_op
 from solver import resolve as select
 
@@ -123,8 +124,6 @@ class Picture:
 
 def _bytes(t: Any) -> int | None:
     """Bytes of a value of type `t` (solver.static_type_bytes for tensors, summed over tuples)."""
-    from service.report import value_bytes
-
     return value_bytes(t)
 
 
@@ -389,8 +388,6 @@ def _price(
 ) -> None:
     """Each operator node's predicted kernel time on its device (the optimize
     mode's cost model); left None when the cost model cannot price it."""
-    from service.report import operator_times
-
     ops = {n.members[0] for n in nodes.values() if n.kind == "op"}
     times = operator_times(module, result, config, only=ops)
     for n in nodes.values():

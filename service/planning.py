@@ -21,6 +21,7 @@ from relay.detect import detect_language
 from service import errors
 from service.compile_targets import compile_targets
 from service.picture import build_picture
+from service.report import plan_with_placements, report_from_response
 
 log = logging.getLogger("devplan.planning")
 
@@ -330,8 +331,6 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     try:
         extra = None
         if "placements" in job.include:
-            from service.report import plan_with_placements
-
             result, extra = plan_with_placements(module, config, job.why, job.picture is not None)
         else:
             result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
@@ -365,6 +364,16 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     if job.explain:
         outcome.explanation = explain_success(outcome)
     return outcome
+
+
+def plan_report(job: PlanJob, clock: Clock = time.monotonic) -> tuple[PlanOutcome, dict[str, Any]]:
+    """Plan `job` as `devplan plan` does, with `include: ["placements"]`, and
+    build its placement report (service/report.py): (outcome, report). Raises
+    the same PlanFailure as run_plan."""
+    outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
+    if outcome.placements is None:  # the Relax path (issue 21) plans without placements
+        raise PlanFailure.plain(KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)")
+    return outcome, report_from_response(outcome.as_dict(), job.options.mode)
 
 
 def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:

@@ -37,7 +37,16 @@ import solver
 from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, Var
 from relay.traverse import children
-from solver import input_roots, node_ids, planned_roots, wrapper_op
+from solver import (
+    Sizes,
+    device_setup,
+    input_roots,
+    kernel_costs,
+    node_ids,
+    ns_to_ms,
+    planned_roots,
+    wrapper_op,
+)
 
 log = logging.getLogger("devplan.report")
 
@@ -245,9 +254,7 @@ class PlacementGraph:
 
     def copies(self, planned: Module, types: Any) -> list[CopyEdge]:
         """Every device_copy of `planned` (this module's plan) between placements."""
-        from service.picture import copy_sites_with_calls
-
-        sites = copy_sites_with_calls(self.roots, planned_roots(list(planned.functions), self.from_expr))
+        sites = solver.align(self.roots, planned_roots(list(planned.functions), self.from_expr)).copies
         site_of: dict[tuple[int, int], int] = {}
         for k, (parent, child, _) in enumerate(sites):
             site_of.setdefault((id(parent), id(child)), k)
@@ -379,23 +386,6 @@ def build_report(response: Mapping[str, Any], placements: Placements, mode: str)
     }
 
 
-def plan_report(job: Any, clock: Callable[[], float] | None = None) -> tuple[Any, dict[str, Any]]:
-    """Plan `job` (a service.planning.PlanJob) as `devplan plan` does, with
-    `include: ["placements"]`, and build its report: (PlanOutcome, report).
-    Raises the same PlanFailure as run_plan."""
-    import time
-
-    from service.planning import KIND_CONFIG, PlanFailure, run_plan
-
-    clock = clock or time.monotonic
-    outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
-    if outcome.placements is None:  # the Relax path (issue 21) plans without placements
-        raise PlanFailure.plain(
-            KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)"
-        )
-    return outcome, report_from_response(outcome.as_dict(), job.options.mode)
-
-
 def report_from_response(response: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The report of a plan from its /plan response body made with
     `include: ["placements"]` (the module is left out)."""
@@ -439,10 +429,8 @@ def _counts(
 
 def _price_tvm_plan(planned: Module, config: solver.PlanConfig) -> dict[str, Any]:
     """predicted_ms (and reason) of a TVM-mode plan under the cost model."""
-    from solver.optimize.run import evaluate_planned
-
     try:
-        evaluation = evaluate_planned(planned, dataclasses.replace(config, mode="tvm"))
+        evaluation = solver.evaluate_planned(planned, dataclasses.replace(config, mode="tvm"))
     except (solver.PlanningConflict, solver.SolverTimeout, solver.PlanConfigError) as err:
         return {"reason": f"the cost model cannot price this plan: {err}"}
     out: dict[str, Any] = {"predicted_ms": evaluation.predicted_ms}
@@ -461,10 +449,6 @@ def operator_times(
     `result` gives it (`result.constraints` needed), under the optimize mode's
     cost model with `config`'s profiles and table. Empty where the cost model
     cannot price the module (pictures then show counts only)."""
-    from solver.optimize.cost_model import ns_to_ms
-    from solver.optimize.problem import device_setup, kernel_costs
-    from solver.optimize.sizes import Sizes
-
     log_ = result.constraints
     if log_ is None:
         return {}

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from service.config import Settings
 from service.errors import COMPILE_CANCELED, COMPILE_LOST
+from service.jobs.stats import record_final
 from service.planning import PlanFailure
 
 log = logging.getLogger("devplan.jobs")
@@ -321,8 +322,6 @@ class JobQueue:
         key = job.meta.get("key")
         if isinstance(key, str):
             self._forget_inflight(key, job.id)
-        from service.jobs.stats import record_final
-
         if not job.meta.get("counted"):
             job.meta["counted"] = True
             job.save_meta()

@@ -12,8 +12,7 @@ import pytest
 import relay
 import solver
 from service import diff
-from service.planning import PlanJob
-from service.report import plan_report
+from service.planning import PlanJob, plan_report
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found (../shared/corpus)")

@@ -14,8 +14,8 @@ import relay
 import solver
 from relay.ast import Call, Function, Op
 from relay.traverse import children
-from service.planning import PlanJob
-from service.report import REPORT_VERSION, load_schema, plan_report
+from service.planning import PlanJob, plan_report
+from service.report import REPORT_VERSION, load_schema
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found (../shared/corpus)")
