@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import ast as A
 from .device import VirtualDevice
 from .traverse import children, post_order
+from .typetext import type_text
 
 if TYPE_CHECKING:
     from .infer import Types
@@ -491,29 +492,7 @@ class _Printer:
         return f"meta[{kind}][{index}]"
 
     def type(self, ty: A.Type) -> str:
-        match ty:
-            case A.TensorType(shape=shape, dtype=dtype):
-                if not shape:
-                    return dtype
-                return f"Tensor[({', '.join(_dim(d) for d in shape)}), {dtype}]"
-            case A.TupleType(fields=fields):
-                if len(fields) == 1:
-                    return f"({self.type(fields[0])},)"
-                return "(" + ", ".join(self.type(f) for f in fields) + ")"
-            case A.FuncType(arg_types=args, ret_type=ret, type_params=tps):
-                head = "fn "
-                if tps:
-                    head += "[" + ", ".join(tv.name for tv in tps) + "]"
-                return f"{head}({', '.join(self.type(a) for a in args)}) -> {self.type(ret)}"
-            case A.TypeVar(name=name) | A.GlobalTypeVar(name=name):
-                return name
-            case A.TypeCall(func=func, args=args):
-                return f"{self.type(func)}[{', '.join(self.type(a) for a in args)}]"
-            case A.RefType(value=value):
-                return f"ref({self.type(value)})"
-            case A.IncompleteType():
-                return "_"
-        raise TypeError(f"cannot print type {type(ty).__name__}")
+        return type_text(ty)
 
 
 # -------------------------------------------------------------------- helpers
@@ -534,19 +513,6 @@ def _unconstrained(device: Any) -> bool:
 def _indent(lines: Lines, width: int = 2) -> str:
     pad = " " * width
     return "\n".join(pad + line.replace("\n", "\n" + pad) if line else line for line in lines)
-
-
-def _dim(d: A.Dim) -> str:
-    if isinstance(d, bool):
-        return str(int(d))
-    if isinstance(d, int):
-        return str(d)
-    if isinstance(d, A.IntImm):
-        suffix = {"int64": "i64", "int32": "", "int16": "i16", "int8": "i8"}.get(d.dtype, "")
-        return f"{d.value}{suffix}"
-    if isinstance(d, A.AnyDim):
-        return "?"
-    return str(d)
 
 
 def _double_literal(value: float) -> str:

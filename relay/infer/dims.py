@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from ..ast import ANY, AnyDim, Dim, IntImm
 from ..span import RelayError
+from ..typetext import dim_text, shape_text
 
 
 class RelationError(RelayError):
@@ -121,24 +122,6 @@ def same(a: Dim, b: Dim) -> bool | None:
 def compatible(a: Dim, b: Dim) -> bool:
     """Not provably different: what a relation may assume when it unifies."""
     return same(a, b) is not False
-
-
-def dim_text(d: Dim) -> str:
-    if isinstance(d, IntImm):
-        return str(d.value) if d.dtype == "int32" else f"{d.value}{_SUFFIX.get(d.dtype, '')}"
-    if isinstance(d, AnyDim):
-        return "?"
-    return str(d)
-
-
-_SUFFIX = {"int64": "i64", "int16": "i16", "int8": "i8"}
-
-
-def shape_text(shape: Sequence[Dim]) -> str:
-    """`(1, 3, 224, 224)` as TVM's text writes a shape."""
-    if len(shape) == 1:
-        return f"({dim_text(shape[0])})"
-    return "(" + ", ".join(dim_text(d) for d in shape) + ")"
 
 
 def broadcast(op: str, a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:

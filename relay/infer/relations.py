@@ -23,9 +23,9 @@ from typing import Any, Final
 
 from .. import ast
 from ..ast import ANY, UNKNOWN, AnyDim, Constant, Dim, FuncType, IntImm, MetaRef, TensorType, TupleType, Type
+from ..typetext import dim_text, shape_text, type_text
 from . import dims as D
 from .dims import RelationError
-from .types import type_text
 
 __all__ = ["RELATIONS", "Relation", "RelationError"]
 
@@ -76,7 +76,7 @@ def _expect(op: str, what: str, t: Type, shape: Sequence[Dim], dtype: str | None
         raise RelationError(f"{op}: {what} has dtype {tt.dtype}, expected {dtype}")
     if len(tt.shape) != len(shape) or not all(D.compatible(a, b) for a, b in zip(tt.shape, shape)):
         raise RelationError(
-            f"{op}: {what} has shape {D.shape_text(tt.shape)}, expected {D.shape_text(shape)}"
+            f"{op}: {what} has shape {shape_text(tt.shape)}, expected {shape_text(shape)}"
         )
 
 
@@ -309,7 +309,7 @@ def _arange(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
 def _check_size(op: str, before: Sequence[Dim], after: Sequence[Dim]) -> None:
     a, b = D.product(before), D.product(after)
     if D.same(a, b) is False:
-        raise RelationError(f"{op}: cannot reshape {D.shape_text(before)} into {D.shape_text(after)}")
+        raise RelationError(f"{op}: cannot reshape {shape_text(before)} into {shape_text(after)}")
 
 
 def _new_shape(op: str, ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool) -> tuple[Dim, ...]:
@@ -464,7 +464,7 @@ def _squeeze(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     drop = {D.normalize_axis(op, a, len(data.shape)) for a in axes}
     for a in drop:
         if D.const(data.shape[a]) not in (None, 1):
-            raise RelationError(f"{op}: cannot squeeze axis {a} of size {D.dim_text(data.shape[a])}")
+            raise RelationError(f"{op}: cannot squeeze axis {a} of size {dim_text(data.shape[a])}")
     return TensorType(tuple(d for i, d in enumerate(data.shape) if i not in drop), data.dtype)
 
 
@@ -493,7 +493,7 @@ def _concatenate(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
         for i, d in enumerate(known[1:], 1):
             if D.same(known[0], d) is False:
                 raise RelationError(
-                    f"{op}: dimension {k} differs between fields ({D.dim_text(known[0])} and {D.dim_text(d)})"
+                    f"{op}: dimension {k} differs between fields ({dim_text(known[0])} and {dim_text(d)})"
                 )
         shape.append(known[0] if known else ANY)
     return TensorType(tuple(shape), first.dtype)
@@ -874,33 +874,33 @@ def _conv(rank: int, *, transpose: bool) -> _Impl:
             ksize = tuple(w[a] for a in spatial)
             if kernel_size is not None and not all(D.compatible(a, b) for a, b in zip(kernel_size, ksize)):
                 raise RelationError(
-                    f"{op}: kernel_size {D.shape_text(kernel_size)} disagrees with the weight's "
-                    f"{D.shape_text(ksize)}"
+                    f"{op}: kernel_size {shape_text(kernel_size)} disagrees with the weight's "
+                    f"{shape_text(ksize)}"
                 )
             if transpose:
                 if channels is not None and not D.compatible(D.floordiv(channels, groups), w["O"]):
                     raise RelationError(
-                        f"{op}: channels {D.dim_text(channels)} / groups {groups} disagrees with the "
-                        f"weight's {D.dim_text(w['O'])} output channels"
+                        f"{op}: channels {dim_text(channels)} / groups {groups} disagrees with the "
+                        f"weight's {dim_text(w['O'])} output channels"
                     )
                 if not D.compatible(in_channels, w["I"]):
                     raise RelationError(
-                        f"{op}: data has {D.dim_text(in_channels)} input channels, weight has "
-                        f"{D.dim_text(w['I'])}"
+                        f"{op}: data has {dim_text(in_channels)} input channels, weight has "
+                        f"{dim_text(w['I'])}"
                     )
                 out_channels = w["O"]
             else:
                 if channels is not None and not D.compatible(channels, w["O"]):
                     raise RelationError(
-                        f"{op}: channels {D.dim_text(channels)} disagrees with the weight's "
-                        f"{D.dim_text(w['O'])} output channels"
+                        f"{op}: channels {dim_text(channels)} disagrees with the weight's "
+                        f"{dim_text(w['O'])} output channels"
                     )
                 per_group = D.floordiv(in_channels, groups)
                 if not D.compatible(per_group, w["I"]):
                     where = f" / groups {groups}" if groups != 1 else ""
                     raise RelationError(
-                        f"{op}: data has {D.dim_text(in_channels)} input channels{where}, weight expects "
-                        f"{D.dim_text(w['I'])}"
+                        f"{op}: data has {dim_text(in_channels)} input channels{where}, weight expects "
+                        f"{dim_text(w['I'])}"
                     )
                 out_channels = w["O"]
         out: dict[str, Dim] = {"N": d["N"], "C": out_channels}
@@ -945,16 +945,16 @@ def _dense(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     else:
         weight = _tensor(op, weight_t, "weight")
         if len(weight.shape) != 2:
-            raise RelationError(f"{op}: weight must have 2 dimensions, got {D.shape_text(weight.shape)}")
+            raise RelationError(f"{op}: weight must have 2 dimensions, got {shape_text(weight.shape)}")
         w_units, w_reduce = (
             (weight.shape[0], weight.shape[1]) if transpose_b else (weight.shape[1], weight.shape[0])
         )
         if not D.compatible(reduce, w_reduce):
             raise RelationError(
-                f"{op}: data has {D.dim_text(reduce)} input units, weight has {D.dim_text(w_reduce)}"
+                f"{op}: data has {dim_text(reduce)} input units, weight has {dim_text(w_reduce)}"
             )
         if units is not None and not D.compatible(units, w_units):
-            raise RelationError(f"{op}: units is {D.dim_text(units)}, weight has {D.dim_text(w_units)}")
+            raise RelationError(f"{op}: units is {dim_text(units)}, weight has {dim_text(w_units)}")
         out[-1] = units if units is not None else w_units
     return TensorType(tuple(out), _dtype(attrs, "out_dtype", data.dtype))
 
@@ -963,7 +963,7 @@ def _batch_matmul(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     x, y = _tensor(op, types[0], "x"), _tensor(op, types[1], "y")
     if len(x.shape) != 3 or len(y.shape) != 3:
         raise RelationError(
-            f"{op}: x and y must have 3 dimensions, got {D.shape_text(x.shape)} and {D.shape_text(y.shape)}"
+            f"{op}: x and y must have 3 dimensions, got {shape_text(x.shape)} and {shape_text(y.shape)}"
         )
     ta = bool(attrs.get("transpose_a", False))
     tb = bool(attrs.get("transpose_b", False))  # TVM 0.19's BatchMatmulAttrs default
@@ -971,9 +971,9 @@ def _batch_matmul(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     yb, yk, yj = y.shape[0], y.shape[2 if tb else 1], y.shape[1 if tb else 2]
     if not any(D.is_any(d) for d in x.shape + y.shape):
         if not (D.compatible(xb, yb) or D.const(xb) == 1 or D.const(yb) == 1):
-            raise RelationError(f"{op}: batch sizes {D.dim_text(xb)} and {D.dim_text(yb)} differ")
+            raise RelationError(f"{op}: batch sizes {dim_text(xb)} and {dim_text(yb)} differ")
         if not D.compatible(xk, yk):
-            raise RelationError(f"{op}: x has {D.dim_text(xk)} reduction units, y has {D.dim_text(yk)}")
+            raise RelationError(f"{op}: x has {dim_text(xk)} reduction units, y has {dim_text(yk)}")
     if D.is_any(xb) or D.is_any(yb):
         batch: Dim = ANY
     elif D.const(xb) == 1:
@@ -1504,7 +1504,7 @@ def _einsum(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
             if known is None or D.const(known) == 1:
                 sizes[letter] = d
             elif D.const(d) != 1 and D.same(known, d) is False:
-                raise RelationError(f"{op}: index {letter} has sizes {D.dim_text(known)} and {D.dim_text(d)}")
+                raise RelationError(f"{op}: index {letter} has sizes {dim_text(known)} and {dim_text(d)}")
     if not arrow:
         output = "".join(sorted(letter for letter, n in counts.items() if n == 1))
     return TensorType(tuple(sizes[letter] for letter in output), fields[0].dtype)
@@ -1568,7 +1568,7 @@ def _fifo_buffer(op: str, types: tuple[Type, ...], attrs: Attrs) -> Type:
     for i, (a, b) in enumerate(zip(data.shape, buffer.shape)):
         if i != axis and not D.compatible(a, b):
             raise RelationError(
-                f"{op}: data and buffer differ on axis {i} ({D.dim_text(a)} and {D.dim_text(b)})"
+                f"{op}: data and buffer differ on axis {i} ({dim_text(a)} and {dim_text(b)})"
             )
     return buffer
 

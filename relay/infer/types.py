@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from .. import ast
 from ..ast import AnyDim, Dim, FuncType, IncompleteType, IntImm, RefType, TupleType, Type, TypeCall, TypeVar
 from ..span import RelayError, Span
+from ..typetext import type_text
 
 __all__ = ["TypeInferenceError", "is_known", "substitute", "type_text", "unify"]
 
@@ -36,45 +37,6 @@ class TypeInferenceError(RelayError):
         super().__init__(message, span)
         self.expected = expected
         self.actual = actual
-
-
-def _dim_text(d: Dim) -> str:
-    if type(d) is int:
-        return str(d)
-    if isinstance(d, IntImm):
-        suffix = {"int32": "", "int64": "i64", "int16": "i16", "int8": "i8"}.get(d.dtype, "")
-        return f"{d.value}{suffix}"
-    if isinstance(d, AnyDim):
-        return "?"
-    return str(d)
-
-
-def type_text(t: Type) -> str:
-    """`t` in the Relay text syntax (what the parser reads back); an unknown
-    type is written `unknown`."""
-    match t:
-        case ast.TensorType(shape=shape, dtype=dtype):
-            if not shape:
-                return dtype
-            return f"Tensor[({', '.join(_dim_text(d) for d in shape)}), {dtype}]"
-        case TupleType(fields=fields):
-            if len(fields) == 1:
-                return f"({type_text(fields[0])},)"
-            return "(" + ", ".join(type_text(f) for f in fields) + ")"
-        case FuncType(arg_types=args, ret_type=ret, type_params=tps):
-            head = "fn " + ("[" + ", ".join(tv.name for tv in tps) + "]" if tps else "")
-            return f"{head}({', '.join(type_text(a) for a in args)}) -> {type_text(ret)}"
-        case TypeVar(name=name) | ast.GlobalTypeVar(name=name):
-            return name
-        case TypeCall(func=func, args=args):
-            return f"{type_text(func)}[{', '.join(type_text(a) for a in args)}]"
-        case RefType(value=value):
-            return f"ref({type_text(value)})"
-        case IncompleteType():
-            return "_"
-        case ast.UnknownType():
-            return "unknown"
-    return type(t).__name__
 
 
 def is_known(t: Type) -> bool:

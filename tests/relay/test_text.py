@@ -413,3 +413,17 @@ def test_errors_next_to_tensor_annotations(text: str, column: int, message: str)
     with pytest.raises(relay.ParseError) as info:
         relay.parse_text(text)
     assert (info.value.line, info.value.column, info.value.message) == (1, column, message)
+
+
+def test_one_spelling_of_types_and_dimensions() -> None:
+    # the printer, type inference's messages and the cost keys all write types through relay.typetext
+    from relay.infer import dims, types
+    from relay.typetext import type_text
+
+    shape = (1, A.IntImm(3, "int64"), A.ANY, "n", True)
+    ty = A.TupleType((A.TensorType(shape, "float32"), A.TensorType((), "int8")))
+    assert type_text(ty) == "(Tensor[(1, 3i64, ?, n, 1), float32], int8)"
+    assert types.type_text is type_text and dims.shape_text(shape) == "(1, 3i64, ?, n, 1)"
+    module = relay.parse_text(f"def @main(%x: {type_text(ty)}) {{ %x }}")
+    assert type_text(module.functions[0][1].params[0].type_annotation) == type_text(ty)
+    assert f"%x: {type_text(ty)}" in relay.print_text(module)
