@@ -478,6 +478,7 @@ def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
         )
         raise PlanFailure.plain(KIND_CONFIG, message)
     try:
+        from service import relax_planning
         from tvm_bridge import relax_plan
     except ImportError:
         message = f"planning a Relax module needs TVM, which is not installed here ({RELAX_INSTALL}); Relay modules plan without it"
@@ -495,7 +496,7 @@ def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
         raise timeout_failure(job.timeout_ms, "parse")
     config = build_config(job, left_ms, clock)
     try:
-        planned = relax_plan.plan_relax(mod, config, source)
+        planned = relax_planning.plan_relax(mod, config, source)
     except (
         solver.PlanningConflict,
         solver.SolverTimeout,

@@ -17,7 +17,17 @@ from .optimize.run import Evaluation, evaluate_planned
 from .optimize.sizes import Estimate, Sizes, dtype_bytes, module_types, static_type_bytes
 from .options import PlanOptions
 from .result import Answer, ConstraintLog, PlanResult, PlanStats, Step, WhyResult, answer_lines
-from .selectors import Alignment, Selector, align, input_roots, node_ids, planned_roots, resolve, wrapper_op
+from .selectors import (
+    Alignment,
+    Selector,
+    align,
+    input_roots,
+    node_id_of,
+    node_ids,
+    planned_roots,
+    resolve,
+    wrapper_op,
+)
 
 __all__ = [
     "MODES",
@@ -54,6 +64,7 @@ __all__ = [
     "input_roots",
     "kernel_costs",
     "module_types",
+    "node_id_of",
     "node_ids",
     "ns_to_ms",
     "plan",

@@ -1,21 +1,17 @@
-"""Plan a Relax IRModule: read it with TVM, plan it with our planner, write it back.
+"""Relax IRModules in and out: read with TVM, printed back, stripped of devices.
 
 `read_relax` reads TVMScript text (what `mod.script()` prints; its
 `from tvm.script import ...` lines may be there, commented out or not) or
 `tvm.ir.save_json` JSON, with parse errors as `relay.ParseError` located at
-TVMScript's line and column. `plan_relax` translates the module for the
-planner (`relax_translate`), runs `solver.plan` unchanged in either mode and
-writes the plan back onto the same module (`relax_write`). `print_relax`
-gives the output in either encoding.
+TVMScript's line and column. `print_relax` gives the output in either
+encoding. Planning joins this bridge with the solver, so it lives in
+`service.relax_planning` (the bridge never imports the solver).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import tvm
@@ -23,17 +19,13 @@ from tvm import relax
 
 from relay import ast
 from relay.span import ParseError, SourceText, Span
-from solver import PlanConfig, PlanConfigError, PlanResult, plan
-from solver.selectors import node_id_of
 
 from .relax_translate import Translation, translate
-from .relax_write import Placement, read_placement, write_back
 
 __all__ = [
-    "RelaxPlan",
-    "plan_relax",
     "print_relax",
     "read_relax",
+    "relax_op_calls",
     "strip_devices",
     "translate",
 ]
@@ -43,17 +35,6 @@ log = logging.getLogger(__name__)
 SOURCE_NAME = "<relax>"
 _IMPORT_RE = re.compile(r"^(\s*)((?:from\s+tvm[\w.]*\s+import\b|import\s+tvm\b).*)$", re.MULTILINE)
 _LOCATION_RE = re.compile(r"-->\s*(?P<name>[^:\n]*):(?P<line>\d+):(?P<column>\d+)")
-
-
-@dataclass(frozen=True)
-class RelaxPlan:
-    """The planned Relax module and what the planner said about it."""
-
-    module: Any  # tvm.IRModule
-    result: PlanResult  # the plan of the translated Relay module
-    translation: Translation
-    placement: Placement
-    copies: int  # R.to_vdevice bindings added
 
 
 def read_relax(text: str, fmt: str = "text") -> tuple[Any, SourceText | None]:
@@ -101,35 +82,11 @@ def _message(text: str) -> str:
     return _first_line(Exception(text))
 
 
-def plan_relax(mod: Any, config: PlanConfig | None = None, source: SourceText | None = None) -> RelaxPlan:
-    """Plan `mod` (a Relax IRModule) with the planner in `config.mode`.
-
-    Raises what `solver.plan` raises (PlanningConflict with TVMScript
-    line:column, SolverTimeout, PlanConfigError) and RelaxTranslationError."""
-    config = config or PlanConfig()
-    translation = translate(mod, source, config.mode)
-    if getattr(config, "check_types", False):
-        # Relax types come from TVM (the module was read and type-checked by it);
-        # our Relay type check does not know the Relax names the translation keeps.
-        config = dataclasses.replace(config, check_types=False)
-    if any(_relax_op_selector(c) for c in config.constraints):
-        config = dataclasses.replace(config, constraints=_node_constraints(translation, config.constraints))
-    result = plan(translation.module, config)
-    placement = read_placement(translation, result.module)
-    out, copies = write_back(translation, placement, result.virtual_devices)
-    return RelaxPlan(out, result, translation, placement, copies)
-
-
-def _relax_op_selector(constraint: Any) -> bool:
-    select = constraint.get("select") if isinstance(constraint, Mapping) else None
-    return isinstance(select, Mapping) and str(select.get("op", "")).startswith("relax.")
-
-
-def _node_constraints(translation: Translation, constraints: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    """Request pins that select Relax operators (`{"op": "relax.nn.softmax",
-    "index"?: i}`, counted in binding order) as pins of the translated nodes."""
-    ids = node_id_of(translation.module)
-    calls: dict[str, list[int]] = {}
+def relax_op_calls(translation: Translation) -> dict[str, list[ast.Expr]]:
+    """Relax operator name (`relax.nn.softmax`) -> the translated Relay node of
+    each of its calls, in binding order (what a request pin on a Relax operator
+    selects), looking through the pins the translation wrapped around them."""
+    calls: dict[str, list[ast.Expr]] = {}
     for b in translation.bindings.values():
         value = b.value
         if b.node is None or not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
@@ -139,22 +96,8 @@ def _node_constraints(translation: Translation, constraints: Sequence[Mapping[st
             ast.ON_DEVICE, ast.DEVICE_COPY
         ):
             real = real.args[0]
-        if id(real) in ids:
-            calls.setdefault(str(value.op.name), []).append(ids[id(real)])
-    out: list[Any] = []
-    for k, c in enumerate(constraints):
-        if not _relax_op_selector(c):
-            out.append(c)
-            continue
-        select = c["select"]
-        found = calls.get(str(select["op"]), [])
-        if "index" in select:
-            index = select["index"]
-            found = found[index : index + 1] if isinstance(index, int) and index >= 0 else []
-        if not found:
-            raise PlanConfigError(f"constraint #{k}: selector {dict(select)!r} matches no operator call")
-        out.extend({**c, "select": {"node": node}} for node in found)
-    return tuple(out)
+        calls.setdefault(str(value.op.name), []).append(real)
+    return calls
 
 
 def print_relax(mod: Any, fmt: str = "text") -> str:

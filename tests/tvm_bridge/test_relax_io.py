@@ -10,8 +10,9 @@ from tvm import relax
 import tvm_bridge
 from relay.detect import detect_encoding, detect_language
 from relay.span import ParseError
+from service.relax_planning import plan_relax
 from solver import PlanConfig
-from tvm_bridge.relax_plan import plan_relax, print_relax, read_relax, strip_devices
+from tvm_bridge.relax_plan import print_relax, read_relax, strip_devices
 
 from .helpers import corpus_path, load_corpus
 

@@ -18,9 +18,10 @@ from tvm import relax
 
 import relay
 import tvm_bridge
+from service.relax_planning import plan_relax
 from solver import PlanConfig, plan
 from tvm_bridge.check import max_abs_error, random_inputs
-from tvm_bridge.relax_plan import plan_relax, print_relax, read_relax, strip_devices
+from tvm_bridge.relax_plan import print_relax, read_relax, strip_devices
 
 from .helpers import load_corpus
 

@@ -15,8 +15,9 @@ import pytest
 import tvm
 from tvm import relax
 
+from service.relax_planning import plan_relax
 from solver import PlanConfig, PlanningConflict
-from tvm_bridge.relax_plan import plan_relax, read_relax, strip_devices
+from tvm_bridge.relax_plan import read_relax, strip_devices
 
 pytestmark = pytest.mark.tvm
 
