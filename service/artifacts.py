@@ -18,7 +18,7 @@ Least recently used goes first: a cache hit or a download bumps the library's
 mtime.
 
 Cache key (`cache_key`): the SHA-256 of a canonical JSON document of
-- the request fields in `KEYED_FIELDS`: the module and its format, the planning
+- the request fields in `KEYED_FIELDS`: the module, its format and language, the planning
   options (virtual devices, default and host device, constraints, mode,
   operator support, device profiles with memory budgets, links, cost table,
   assume_dim), the targets, the CUDA arch and whether a run check was asked
@@ -27,7 +27,7 @@ Cache key (`cache_key`): the SHA-256 of a canonical JSON document of
 - the TVM version, and a digest of the installed devplan code (the sources of
   `relay`, `solver` and `tvm_bridge`), so an upgrade never reuses an artifact.
 The fields in `UNKEYED_FIELDS` (`timeout_ms`, `explain`, `output_format`,
-`z3_check`, `why`, `include`) cannot change the library and are left out. Every request field
+`z3_check`, `why`, `include`, `check_types`) cannot change the library and are left out. Every request field
 is in exactly one of the two lists (a test checks it), so a new field must be
 classified. The key is computed before planning: a hit costs no plan.
 """
@@ -57,6 +57,7 @@ CACHE_VERSION = "devplan-compile-2"
 KEYED_FIELDS: tuple[str, ...] = (
     "module",
     "format",
+    "language",
     "virtual_devices",
     "default_device",
     "host_device",
@@ -73,11 +74,20 @@ KEYED_FIELDS: tuple[str, ...] = (
 )
 """Request fields that determine the artifact (in the cache key)."""
 
-UNKEYED_FIELDS: tuple[str, ...] = ("timeout_ms", "explain", "output_format", "z3_check", "why", "include")
+UNKEYED_FIELDS: tuple[str, ...] = (
+    "timeout_ms",
+    "explain",
+    "output_format",
+    "z3_check",
+    "why",
+    "include",
+    "check_types",
+)
 """Request fields that cannot change the artifact: a time limit (a plan that
 finishes is the same plan), the explanation and output format of /plan's text,
 Z3's confirmation of a TVM-mode plan (it cannot change the plan),
-why-queries (they only read the plan) and `include` (report fields of the plan)."""
+why-queries (they only read the plan), `include` (report fields of the plan) and
+`check_types` (a module that fails the check gets no library; one that passes builds the same one)."""
 
 CODE_PACKAGES = ("relay", "solver", "tvm_bridge")
 """The packages whose sources determine a compiled artifact."""

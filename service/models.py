@@ -225,6 +225,12 @@ class PlanRequest(BaseModel):
     format: Literal["text", "json"] | None = Field(
         None, description="Input format; detected from the content when absent (JSON starts with `{`)."
     )
+    language: Literal["relay", "relax"] | None = Field(
+        None,
+        description="The module's language: a Relay module (TVM <= 0.19) or a Relax IRModule (TVMScript "
+        "as `mod.script()` prints it, or `tvm.ir.save_json` JSON; needs the `tvm` extra, else 503 "
+        "`tvm-unavailable`). Detected from the content when absent, without TVM.",
+    )
     virtual_devices: list[DeviceSpecField] = Field(
         default_factory=list,
         max_length=1024,
@@ -342,6 +348,7 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
         module=request.module,
         options=request.to_options(timeout_ms),
         input_format=request.format,
+        language=request.language,
         output_format=_output_format(request),
         explain=request.explain,
         name="<request>",
@@ -357,7 +364,8 @@ def _output_format(request: PlanRequest) -> Literal["text", "json"]:
     if "output_format" in request.model_fields_set:
         return request.output_format
     encoding = request.format or detect_encoding(request.module)
-    return encoding if detect_language(request.module, encoding) == "relax" else request.output_format
+    language = request.language or detect_language(request.module, encoding)
+    return encoding if language == "relax" else request.output_format
 
 
 class VirtualDeviceOut(BaseModel):

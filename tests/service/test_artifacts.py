@@ -191,6 +191,7 @@ def test_cache_hits_when_only_unkeyed_fields_change(changes: dict[str, Any]) -> 
 KEYED_CHANGES: list[tuple[str, Any]] = [
     ("module", BASE["module"].replace("negative", "abs")),
     ("format", "text"),
+    ("language", "relax"),
     ("virtual_devices", ["cpu:1", "cpu:0"]),
     ("default_device", "cpu:0"),
     ("host_device", "cpu:1"),

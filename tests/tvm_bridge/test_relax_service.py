@@ -201,3 +201,19 @@ def test_relax_picture_and_placements_are_422(client: TestClient) -> None:
     assert "Relax" in r.json()["detail"]
     r = _plan(client, module=MODULE, include=["placements"])
     assert r.status_code == 422, r.text
+
+
+def test_language_field_overrides_detection(client: TestClient) -> None:
+    # The request's `language` wins over what the content looks like.
+    as_relax = _plan(client, module=MODULE, language="relax")
+    assert as_relax.status_code == 200, as_relax.text
+    assert as_relax.json()["module"] == _plan(client, module=MODULE).json()["module"]
+    forced = _plan(client, module=MODULE, language="relay")
+    assert forced.status_code == 400, forced.text
+    assert forced.json()["type"].endswith("/malformed-module")
+    relay_as_relax = _plan(client, module=RELAY, language="relax")
+    assert relay_as_relax.status_code == 400, relay_as_relax.text
+    assert "TVMScript" in relay_as_relax.json()["detail"]
+    assert _plan(client, module=RELAY, language="relay").status_code == 200
+    bad = _plan(client, module=RELAY, language="tir")
+    assert bad.status_code == 422 and bad.json()["type"].endswith("/validation-error")
