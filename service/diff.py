@@ -42,6 +42,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import relay
+from service.units import bytes_text
 
 DIFF_VERSION = 1
 EXIT_RULE_HIT = 6
@@ -395,20 +396,11 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f} ms"
 
 
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "? B"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 def _copy_text(c: Mapping[str, Any]) -> str:
     where = f" at {c['line']}:{c['column']}" if c.get("line") is not None else ""
     src = ", ".join(c["from"]) or "?"
     dst = ", ".join(c["to"]) or "?"
-    return f"{c['src']} -> {c['dst']} {_bytes(c.get('bytes'))}{where}: {src} -> {dst}"
+    return f"{c['src']} -> {c['dst']} {bytes_text(c.get('bytes'))}{where}: {src} -> {dst}"
 
 
 def _prediction_line(diff: Mapping[str, Any]) -> str:
@@ -491,7 +483,7 @@ def render_markdown(diff: Mapping[str, Any], results: Sequence[RuleResult] = ())
         lines += ["", "| copy | devices | bytes | from -> to |", "| --- | --- | --- | --- |"]
         for what, c in copies:
             ends = f"{', '.join(c['from']) or '?'} -> {', '.join(c['to']) or '?'}"
-            lines.append(f"| {what} | {c['src']} -> {c['dst']} | {_bytes(c.get('bytes'))} | {_md(ends)} |")
+            lines.append(f"| {what} | {c['src']} -> {c['dst']} | {bytes_text(c.get('bytes'))} | {_md(ends)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -626,50 +626,6 @@ class CompileResponse(BaseModel):
 
 
 # --------------------------------------------------------------------------
-# Problems (RFC 9457)
-
-
-class ProblemLocation(BaseModel):
-    line: int | None = Field(None, description="1-based line in the submitted module.")
-    column: int | None = Field(None, description="1-based column.")
-    message: str
-
-
-class ConflictConstraintOut(BaseModel):
-    kind: str = Field(..., description="annotation, copy, call site, parameter attribute, constraint #k, ...")
-    description: str
-    expression: str = Field("", description="The expression, printed short.")
-    line: int | None = None
-    column: int | None = None
-    devices: list[str] = Field(default_factory=list, description="Devices this constraint involves.")
-
-
-class Problem(BaseModel):
-    """An error, as application/problem+json (RFC 9457)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str = Field(..., description="Stable URI naming the kind of problem.")
-    title: str
-    status: int
-    detail: str | None = None
-    instance: str | None = None
-    request_id: str | None = None
-    locations: list[ProblemLocation] | None = None
-    constraints: list[ConflictConstraintOut] | None = None
-    errors: list[dict[str, Any]] | None = Field(None, description="Schema violations (422 validation-error).")
-    # Problem bodies stay under 8 KiB (service.problems.bounded_body): each list keeps its
-    # first 20 items and says how many it left out.
-    locations_omitted: int | None = Field(
-        None, description="Locations left out (only the first 20 are sent)."
-    )
-    constraints_omitted: int | None = Field(None, description="Constraints left out (the first 20 are sent).")
-    errors_omitted: int | None = Field(
-        None, description="Schema violations left out (the first 20 are sent)."
-    )
-
-
-# --------------------------------------------------------------------------
 # Small routes
 
 

@@ -37,6 +37,7 @@ from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
 from service.report import operator_times, value_bytes
+from service.units import bytes_text
 from solver import input_roots, node_ids, planned_roots, wrapper_op
 from solver import resolve as select
 
@@ -125,15 +126,6 @@ class Picture:
 def _bytes(t: Any) -> int | None:
     """Bytes of a value of type `t` (solver.static_type_bytes for tensors, summed over tuples)."""
     return value_bytes(t)
-
-
-def bytes_text(n: int | None) -> str:
-    if n is None:
-        return "? B"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _quote(text: str) -> str:

@@ -297,6 +297,16 @@ def parse_module(job: PlanJob) -> relay.Module:
     return module
 
 
+# What planning raises that `_solve_failure` turns into a problem (anything else is a 500).
+PLANNING_ERRORS = (
+    solver.PlanningConflict,
+    solver.SolverTimeout,
+    solver.PlanConfigError,
+    relay.RelayError,
+    RecursionError,
+)
+
+
 def build_config(
     job: PlanJob, timeout_ms: int | None = None, clock: Clock = time.monotonic
 ) -> solver.PlanConfig:
@@ -334,13 +344,7 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
             result, extra = plan_with_placements(module, config, job.why, job.picture is not None)
         else:
             result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
-    except (
-        solver.PlanningConflict,
-        solver.SolverTimeout,
-        solver.PlanConfigError,
-        relay.RelayError,
-        RecursionError,
-    ) as err:
+    except PLANNING_ERRORS as err:
         raise _solve_failure(err, job) from None
     t2 = time.perf_counter()
     if job.output_format == "json":
@@ -497,13 +501,7 @@ def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
     config = build_config(job, left_ms, clock)
     try:
         planned = relax_planning.plan_relax(mod, config, source)
-    except (
-        solver.PlanningConflict,
-        solver.SolverTimeout,
-        solver.PlanConfigError,
-        relay.RelayError,
-        RecursionError,
-    ) as err:
+    except PLANNING_ERRORS as err:
         raise _solve_failure(err, job) from None
     t2 = time.perf_counter()
     text = relax_plan.print_relax(planned.module, job.output_format)

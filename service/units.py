@@ -66,3 +66,13 @@ def byte_size_schema(minimum: int) -> dict[str, Any]:
 
 ByteSize = Annotated[int, BeforeValidator(coerce_bytes), Field(gt=0), WithJsonSchema(byte_size_schema(1))]
 """A positive byte size in a request: `8GiB` or `8589934592`."""
+
+
+def bytes_text(n: int | None) -> str:
+    """A byte count for people: `1.5 MiB`, `512 B`, `? B` when unknown."""
+    if n is None:
+        return "? B"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
