@@ -462,7 +462,21 @@ class CostOut(BaseModel):
     bytes_copied: int
     per_device: dict[str, DeviceCostOut]
     optimal: bool = Field(..., description="Proven optimal (else the best plan found before the time limit).")
-    bound_ms: float = Field(..., description="Lower bound on the optimum (equals predicted_ms when optimal).")
+    bound_ms: float = Field(
+        ...,
+        description="A true lower bound of the predicted time over every plan within the constraints "
+        "(equals predicted_ms when optimal).",
+    )
+    gap: float | None = Field(
+        None,
+        description="predicted_ms / bound_ms - 1 (0 when the bound meets the plan); absent when the bound is 0.",
+    )
+    method: str = Field(
+        ...,
+        description='How the plan was found and proven (docs/optimize.md section 7): "single choice", '
+        '"min-cut", "min-cut + budget", "min-cut + budget (dual bound)", "highs (optimal)", '
+        '"highs (run time optimal)", "search + highs", "search", "z3", "z3 (time-out)".',
+    )
     solver_ms: float = Field(..., description="Time spent choosing the devices.")
     estimates: list[EstimateOut] = Field(
         default_factory=list, description="Every estimate, with its location."

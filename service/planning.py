@@ -587,9 +587,11 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
     """The cost table of an optimize-mode plan, for `--explain`."""
     tvm_ms = cost.get("tvm_mode_predicted_ms")
     tvm = f"{tvm_ms:.3f} ms" if tvm_ms is not None else f"n/a ({cost.get('tvm_mode_reason') or 'infeasible'})"
-    proof = "optimal" if cost["optimal"] else f"best found, bound {cost['bound_ms']:.3f} ms"
+    gap = cost.get("gap")
+    gap_text = f"gap {gap:.2%}" if gap is not None else "no gap (bound 0)"
+    proof = "optimal" if cost["optimal"] else f"best found, bound {cost['bound_ms']:.3f} ms, {gap_text}"
     summary = (
-        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; TVM mode {tvm}); "
+        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; method {cost['method']}; TVM mode {tvm}); "
         f"{cost['copies']} {'copy' if cost['copies'] == 1 else 'copies'}, {cost['bytes_copied']} bytes copied; "
         f"solver {cost['solver_ms']:.1f} ms"
     )
