@@ -127,6 +127,29 @@ def check_version(base: str, variant: str) -> str:
     return f"{body}"
 
 
+RELAX_MODULE = """@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        y = R.exp(x)
+        return y
+"""
+
+
+def check_relax(base: str, variant: str) -> str:
+    """Issue 21: the full image plans a Relax module; the plan image (no TVM) answers 503
+    tvm-unavailable for it and still plans Relay."""
+    reply = request(base, "POST", "/plan", {"module": RELAX_MODULE, "default_device": "cpu"})
+    if variant == "full":
+        expect(reply.status == 200, f"Relax /plan answered {reply.status}: {reply.body[:500]!r}")
+        text = reply.json()["module"]
+        expect("R.exp" in text and "vdevice" in text, f"the planned Relax module has no vdevice: {text[:300]!r}")
+        return "a Relax module planned (TVMScript in, TVMScript with vdevices out)"
+    expect(reply.status == 503, f"Relax /plan without TVM answered {reply.status}: {reply.body[:300]!r}")
+    expect(reply.json().get("type", "").endswith("/tvm-unavailable"), f"not tvm-unavailable: {reply.body[:300]!r}")
+    return "503 tvm-unavailable for Relax, as documented"
+
+
 def check_compile(base: str) -> str:
     """Full variant: /compile for llvm, when the service has the route (issue 5)."""
     spec = request(base, "GET", "/openapi.json").json()
@@ -202,6 +225,7 @@ def main(argv: list[str]) -> int:
     check("docs", check_docs, base)
     check("picture", check_picture, base)
     check("version", check_version, base, variant)
+    check("relax", check_relax, base, variant)
     if variant == "full":
         check("compile", check_compile, base)
     return 0
