@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay.ast import Module
 
 from .config import PlanConfig, check_config
+from .errors import PlanningConflict
 from .optimize.run import plan_optimize
 from .result import PlanResult
 from .selectors import Selector
@@ -52,6 +54,8 @@ def plan(
             result = plan_optimize(module, config, devices, tuple(why), record_constraints)
         else:
             result = plan_tvm(module, config, devices, tuple(why), record_constraints)
+        if config.z3_check:
+            verify_planned(result.module, config)
     finally:
         if enabled:
             gc.enable()
@@ -59,6 +63,32 @@ def plan(
     if types.unchecked_ops or notices:
         result = dataclasses.replace(result, unchecked_ops=types.unchecked_ops, notices=notices)
     return result
+
+
+def verify_planned(planned: Module, config: PlanConfig) -> None:
+    """With `z3_check` (issue 18): the rewritten module is re-verified, not only
+    the classes it came from. Its own constraints are collected afresh (its
+    annotations are now its only pins) and solved as in TVM mode; a conflict
+    (found by the union-find, explained by Z3's unsat core) means the planner
+    wrote an inconsistent module: an internal error, never a 200. The classes
+    themselves were already confirmed by Z3; the re-check runs on its own
+    deadline and does not call Z3 again when it finds no conflict."""
+    again = dataclasses.replace(
+        config,
+        mode="tvm",
+        virtual_devices=(),
+        constraints=(),
+        op_support={},
+        device_profiles={},
+        links={},
+        cost_table=None,
+        z3_check=False,
+        clock=time.monotonic,
+    )
+    try:
+        plan_tvm(planned, again, resolve_devices(planned, again))
+    except PlanningConflict as err:
+        raise RuntimeError(f"internal error: the planned module's own constraints conflict: {err.message}") from None
 
 
 def _notices(module: Module) -> tuple[str, ...]:
