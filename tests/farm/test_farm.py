@@ -176,6 +176,32 @@ def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_
     assert api.get(f"/artifacts/{rebuilt['result']['artifact_id']}").status_code == 200
 
 
+RELAX_MODULE = """@I.ir_module
+class Module:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("llvm", 1)]})
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        a = R.add(x, y)
+        b = R.hint_on_device(a, R.device(1, 1))
+        c = R.exp(R.hint_on_device(a, R.device(1, 0)))
+        return c
+"""
+
+
+def test_a_relax_module_compiles_through_the_queue(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
+    # Issue 21: /jobs/compile takes Relax too; the worker plans and builds it like /compile does.
+    body = {"module": RELAX_MODULE, "default_device": "cpu:0", "host_device": "cpu:0", "run_check": True}
+    response = api.post("/jobs/compile", json=body)
+    assert response.status_code == 202, response.text
+    job = wait_job(api, response.json()["id"], ("finished", "failed"))
+    assert job["status"] == "finished", job.get("problem")
+    report = job["result"]["report"]
+    assert report["devices"] == ["llvm:0", "llvm:1"]
+    assert report["device_copies"] >= 1 and report["check"]["max_abs_error"] <= 1e-6
+    assert api.get(f"/artifacts/{job['result']['artifact_id']}").status_code == 200
+
+
 def test_queue_mode_with_a_shared_artifact_directory(farm: Farm, tmp_path: Path) -> None:
     """DEVPLAN_ARTIFACT_DIR_SHARED=1: workers write the local store (a mount they all share)."""
     shared = tmp_path / "shared-artifacts"
