@@ -94,25 +94,17 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
     unsupported-construct, invalid-target, compile-failed, invalid-check).
     Returns the library's SHA-256, size and the report.
     """
-    import hashlib
-
     import relay
     import tvm_bridge
     from service.planning import job_language, parse_module, run_plan
-    from tvm_bridge.check import CheckInputError, is_planned, max_abs_error, random_inputs, strip_devices
+    from tvm_bridge.check import is_planned, strip_devices
 
     if job_language(job.plan) == "relax":
         return _compile_relax(job)
     module = parse_module(job.plan)
-    inputs = None
-    if job.run_check:  # a user mistake is found before minutes of compiling
-        if not any(gv.name == "main" for gv, _ in module.functions):
-            message = "the run check calls @main and the module has none: add @main, or turn run_check off"
-            raise PlanFailure.plain(INVALID_CHECK.slug, message)
-        try:
-            inputs = random_inputs(module["main"])
-        except CheckInputError as err:
-            raise PlanFailure.from_relay_error(INVALID_CHECK.slug, err) from None
+    # A run-check mistake is found before minutes of compiling.
+    main = module["main"] if any(gv.name == "main" for gv, _ in module.functions) else None
+    inputs = _check_inputs(main, "@main") if job.run_check else None
     needs_plan = not is_planned(module)
     plan_ms = 0.0
     if needs_plan:
@@ -123,51 +115,25 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
     lowered, lower_ms = _bridge_step(
         lambda: tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch), UNSUPPORTED_MODULE.slug
     )
-    compiled, compile_ms = _bridge_step(
-        lambda: tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
+    planned = module
+    return _build(
+        job,
+        lowered,
+        inputs,
+        lambda: tvm_bridge.compile(tvm_bridge.to_relax(strip_devices(planned))),
+        planned=needs_plan,
+        plan_ms=plan_ms,
+        lower_ms=lower_ms,
     )
-    counts, copies = _operator_counts(lowered)
-    devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(lowered)]
-
-    library = Path(job.library)
-    compiled.export_library(library)
-    data = library.read_bytes()
-
-    check: dict[str, Any] | None = None
-    if inputs is not None:
-        missing = [str(d) for d in compiled.devices if not d.exist]
-        if missing:
-            check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
-        else:
-            result = tvm_bridge.run(compiled, inputs)
-            reference = tvm_bridge.run(tvm_bridge.compile(tvm_bridge.to_relax(strip_devices(module))), inputs)
-            check = {"max_abs_error": max_abs_error(result, reference)}
-    return {
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size_bytes": len(data),
-        "report": {
-            "planned": needs_plan,
-            "devices": devices,
-            "functions_per_device": counts,
-            "device_copies": copies,
-            "plan_ms": round(plan_ms, 3),
-            "lower_ms": round(lower_ms, 3),
-            "compile_ms": round(compile_ms, 3),
-            "check": check,
-        },
-    }
 
 
 def _compile_relax(job: CompileJob) -> dict[str, Any]:
     """`compile_request` for a Relax module (issue 21): planned (always: a planned
     module re-plans unchanged), the planned IRModule compiled as it is, the run
     check against the module without its devices."""
-    import hashlib
-
     import tvm_bridge
     from service.planning import detect_format, run_plan
     from tvm_bridge import relax_plan
-    from tvm_bridge.check import CheckInputError, max_abs_error, random_inputs
 
     start = time.perf_counter()
     outcome = run_plan(dataclasses.replace(job.plan, output_format="json", explain=False))
@@ -176,19 +142,56 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
     original, _ = relax_plan.read_relax(job.plan.module, job.plan.input_format or detect_format(job.plan.module))
     inputs = None
     if job.run_check:
-        translation = relax_plan.translate(original)
-        if "main" not in translation.functions:
-            message = "the run check calls main and the module has none: add main, or turn run_check off"
-            raise PlanFailure.plain(INVALID_CHECK.slug, message)
-        try:
-            inputs = random_inputs(translation.functions["main"])
-        except CheckInputError as err:
-            raise PlanFailure.from_relay_error(INVALID_CHECK.slug, err) from None
-    compiled, compile_ms = _bridge_step(
-        lambda: tvm_bridge.compile(planned, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
+        inputs = _check_inputs(relax_plan.translate(original).functions.get("main"), "main")
+    return _build(
+        job,
+        planned,
+        inputs,
+        lambda: tvm_bridge.compile(relax_plan.strip_devices(original), job.targets, cuda_arch=job.cuda_arch),
+        planned=True,
+        plan_ms=plan_ms,
+        lower_ms=0.0,
     )
-    counts, copies = _operator_counts(planned)
-    devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(planned)]
+
+
+def _check_inputs(main: Any | None, name: str) -> Any:
+    """Random inputs for the run check of `main` (the module's entry function,
+    None when it has none): a user mistake is a 422 invalid-check."""
+    from tvm_bridge.check import CheckInputError, random_inputs
+
+    if main is None:
+        message = f"the run check calls {name} and the module has none: add {name}, or turn run_check off"
+        raise PlanFailure.plain(INVALID_CHECK.slug, message)
+    try:
+        return random_inputs(main)
+    except CheckInputError as err:
+        raise PlanFailure.from_relay_error(INVALID_CHECK.slug, err) from None
+
+
+def _build(
+    job: CompileJob,
+    lowered: Any,
+    inputs: Any,
+    reference: Callable[[], Any],
+    *,
+    planned: bool,
+    plan_ms: float,
+    lower_ms: float,
+) -> dict[str, Any]:
+    """Compile `lowered` (a Relax IRModule with vdevices) for the job's targets,
+    export the library to `job.library`, and, with `inputs`, run it against
+    `reference()` (the same module built without devices): the library's
+    SHA-256, size and the report. Shared by both input languages."""
+    import hashlib
+
+    import tvm_bridge
+    from tvm_bridge.check import max_abs_error
+
+    compiled, compile_ms = _bridge_step(
+        lambda: tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
+    )
+    counts, copies = _operator_counts(lowered)
+    devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(lowered)]
     library = Path(job.library)
     compiled.export_library(library)
     data = library.read_bytes()
@@ -199,18 +202,17 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
             check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
         else:
             result = tvm_bridge.run(compiled, inputs)
-            bare = tvm_bridge.compile(relax_plan.strip_devices(original), job.targets, cuda_arch=job.cuda_arch)
-            check = {"max_abs_error": max_abs_error(result, tvm_bridge.run(bare, inputs))}
+            check = {"max_abs_error": max_abs_error(result, tvm_bridge.run(reference(), inputs))}
     return {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
         "report": {
-            "planned": True,
+            "planned": planned,
             "devices": devices,
             "functions_per_device": counts,
             "device_copies": copies,
             "plan_ms": round(plan_ms, 3),
-            "lower_ms": 0.0,
+            "lower_ms": round(lower_ms, 3),
             "compile_ms": round(compile_ms, 3),
             "check": check,
         },
