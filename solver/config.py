@@ -148,7 +148,7 @@ def check_config(config: PlanConfig) -> None:
         if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
             raise PlanConfigError(f"{name} must be an object keyed by device name, got {value!r}")
         if name == "op_support":
-            continue  # each entry's form is read with the devices (`unsupported_ops`)
+            continue  # each entry's form is read with the devices (`steps.support.unsupported_by_device`)
         for key, entry in value.items():
             if not isinstance(entry, Mapping):
                 raise PlanConfigError(f"{name}.{key} must be an object, got {entry!r}")

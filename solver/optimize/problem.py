@@ -22,6 +22,7 @@ from ..collect import SPECIAL_OPS, Collector, is_optimizable
 from ..config import PlanConfig
 from ..domains import DomainSystem
 from ..errors import PlanConfigError
+from ..steps.support import unsupported_by_device
 from .cost_model import (
     CostTable,
     DeviceProfile,
@@ -172,23 +173,6 @@ def fits(partial: VirtualDevice, candidate: VirtualDevice) -> bool:
     return partial.join(candidate) == candidate
 
 
-def unsupported_ops(config: PlanConfig, names: Sequence[str]) -> dict[str, frozenset[str]]:
-    """The request's `op_support`: device name -> operators it cannot run."""
-    out: dict[str, frozenset[str]] = {}
-    for name, value in (config.op_support or {}).items():
-        if name not in names:
-            raise PlanConfigError(f"op_support: unknown device {name!r} (devices: {', '.join(names)})")
-        if isinstance(value, Mapping):
-            unknown = set(value) - {"unsupported"}
-            if unknown:
-                raise PlanConfigError(f"op_support.{name}: unknown field(s) {sorted(unknown)}")
-            value = value.get("unsupported", ())
-        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-            raise PlanConfigError(f"op_support.{name} must list operator names")
-        out[name] = frozenset(value)
-    return out
-
-
 @dataclass(frozen=True)
 class DeviceSetup:
     """The candidate devices with their names, profiles, links, budgets,
@@ -223,7 +207,7 @@ def device_setup(candidates: list[VirtualDevice], config: PlanConfig) -> DeviceS
         ]
         for i in range(len(candidates))
     ]
-    unsupported = unsupported_ops(config, names)
+    unsupported = unsupported_by_device(config.op_support or {}, names)
     table = CostTable.from_document(config.cost_table)
     budgets = {i: p.memory_bytes for i, p in enumerate(profiles) if p.memory_bytes is not None}
     return DeviceSetup(candidates, names, profiles, links, budgets, table, unsupported, config.assume_dim)
