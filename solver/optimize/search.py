@@ -56,6 +56,17 @@ def feasible(problem: Problem, assign: Sequence[int]) -> bool:
     )
 
 
+def _dataflow(problem: Problem) -> tuple[list[list[int]], list[int]]:
+    """Each class's consumers (producer -> consumer along every copy edge) and
+    its number of producers, for the topological orders below."""
+    succ: list[list[int]] = [[] for _ in problem.allowed]
+    indeg = [0] * len(problem.allowed)
+    for u, v, _b, _uses in problem.edges:
+        succ[v].append(u)
+        indeg[u] += 1
+    return succ, indeg
+
+
 def topological_order(problem: Problem) -> list[int]:
     """The classes in an order where producers come before consumers (Kahn's
     algorithm, iterative), taking the smallest ready class first, so the order
@@ -63,11 +74,7 @@ def topological_order(problem: Problem) -> list[int]:
     unions can close a cycle over classes; then the smallest remaining class
     goes next, so every class appears once."""
     n = len(problem.allowed)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for u, v, _b, _uses in problem.edges:
-        succ[v].append(u)
-        indeg[u] += 1
+    succ, indeg = _dataflow(problem)
     ready = [c for c in range(n) if indeg[c] == 0]
     heapq.heapify(ready)
     done = [False] * n
@@ -96,11 +103,7 @@ def depth_first_order(problem: Problem) -> list[int]:
     operator that reads it (weights are numbered after every operator, so
     `topological_order` puts them all first). Cycles as there."""
     n = len(problem.allowed)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for u, v, _b, _uses in problem.edges:
-        succ[v].append(u)
-        indeg[u] += 1
+    succ, indeg = _dataflow(problem)
     ready = [c for c in range(n) if indeg[c] == 0]
     ready.reverse()
     done = [False] * n
