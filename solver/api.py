@@ -12,11 +12,13 @@ from typing import Any
 from relay.ast import Module
 
 from .config import PlanConfig, check_config
+from .deadline import Deadline
 from .errors import PlanningConflict
 from .optimize.run import plan_optimize
 from .result import PlanResult
 from .selectors import Selector
 from .steps import resolve_devices
+from .steps.presolve import presolve
 from .steps.typecheck import type_check
 from .tvm_mode import plan_tvm
 
@@ -74,10 +76,16 @@ def verify_planned(planned: Module, config: PlanConfig) -> None:
     themselves were already confirmed by Z3; the re-check runs on its own
     deadline and does not call Z3 again when it finds no conflict.
 
+    The re-check collects without TVM's conflicting-inputs pre-pass: that
+    pass copies a variable a call uses on two devices, or gives up (TVM fails
+    an internal check) when the call's device is unknown, which a consistent
+    output can trigger (a local function whose parameter lives on another
+    device than the variable passed to it; found by tests/solver/
+    test_property.py). Its verdict says nothing about consistency.
+
     TVM mode only: re-planning an optimize-mode output the TVM way can conflict
-    without the output being inconsistent (TVM's conflicting-inputs pre-pass
-    copies a variable that a call uses on two devices: corpus random/r20026),
-    so optimize mode relies on the consistency walk and `z3_confirm`."""
+    without the output being inconsistent (corpus random/r20026), so optimize
+    mode relies on the consistency walk and `z3_confirm`."""
     again = dataclasses.replace(
         config,
         mode="tvm",
@@ -91,7 +99,8 @@ def verify_planned(planned: Module, config: PlanConfig) -> None:
         clock=time.monotonic,
     )
     try:
-        plan_tvm(planned, again, resolve_devices(planned, again))
+        deadline = Deadline(again.timeout_ms, again.clock)
+        presolve(planned, again, deadline, devices=resolve_devices(planned, again), copy_inputs=False)
     except PlanningConflict as err:
         raise RuntimeError(f"internal error: the planned module's own constraints conflict: {err.message}") from None
 
