@@ -36,8 +36,9 @@ from solver.optimize import (
     evaluate,
     run,
 )
+from solver.optimize.problem import identical_devices
 from solver.optimize.search import expand, fingerprint, obvious_plans
-from solver.optimize.search_milp import _Model, _run_here, identical_devices
+from solver.optimize.search_milp import _Model, _run_here
 
 
 class _Captured(Exception):

@@ -151,6 +151,39 @@ def budget_violations(problem: Problem, assign: Sequence[int]) -> list[tuple[int
     return out
 
 
+def identical_devices(problem: Problem) -> list[list[int]]:
+    """Groups of interchangeable devices: same profile and budget, the same
+    links to every other device and between themselves both ways, and for
+    every class the same support and kernel cost."""
+    k = len(problem.devices)
+
+    def same(a: int, b: int) -> bool:
+        if problem.profiles[a] != problem.profiles[b] or problem.budgets.get(a) != problem.budgets.get(b):
+            return False
+        if problem.links[a][b] != problem.links[b][a]:
+            return False
+        for o in range(k):
+            if o not in (a, b) and (
+                problem.links[a][o] != problem.links[b][o] or problem.links[o][a] != problem.links[o][b]
+            ):
+                return False
+        return all(
+            (a in ok) == (b in ok) and problem.unary[c].get(a) == problem.unary[c].get(b)
+            for c, ok in enumerate(problem.allowed)
+        )
+
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for a in range(k):
+        if a in seen:
+            continue
+        group = [a, *(b for b in range(a + 1, k) if b not in seen and same(a, b))]
+        seen.update(group)
+        if len(group) > 1:
+            groups.append(group)
+    return groups
+
+
 # ---------------------------------------------------------------------------
 # Building the problem
 

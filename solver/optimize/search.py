@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import heapq
 import itertools
 import logging
 import math
@@ -35,7 +34,7 @@ import numpy as np
 
 from ..deadline import Deadline
 from .mincut import two_device_cut
-from .problem import Problem, Weights, budget_violations, evaluate
+from .problem import Problem, Weights, budget_violations, evaluate, identical_devices
 
 log = logging.getLogger(__name__)
 
@@ -68,33 +67,75 @@ def _dataflow(problem: Problem) -> tuple[list[list[int]], list[int]]:
 
 
 def topological_order(problem: Problem) -> list[int]:
-    """The classes in an order where producers come before consumers (Kahn's
-    algorithm, iterative), taking the smallest ready class first, so the order
-    stays close to the program's (classes are numbered as collected). Hard
-    unions can close a cycle over classes; then the smallest remaining class
-    goes next, so every class appears once."""
+    """The classes in an order where producers come before consumers, close
+    to the program's: Tarjan's strongly connected components (iterative) over
+    the walk from each consumer to its producers, started at the last classes
+    (those nothing consumes) in index order. A component is complete only
+    after every producer outside it, so components come out in topological
+    order, and a class's weights and operands come right before it.
+
+    Hard unions can close a cycle over classes: in densenet every
+    concatenation of a dense block is one class, which each layer of the
+    block both reads and feeds. Such a cycle's classes come out together (the
+    latest found first), after everything the cycle reads. Every class
+    appears once."""
     n = len(problem.allowed)
-    succ, indeg = _dataflow(problem)
-    ready = [c for c in range(n) if indeg[c] == 0]
-    heapq.heapify(ready)
-    done = [False] * n
+    producers: list[list[int]] = [[] for _ in range(n)]
+    consumed = [False] * n
+    for u, v, _b, _uses in problem.edges:
+        producers[u].append(v)
+        consumed[v] = True
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
     order: list[int] = []
-    next_stuck = 0
-    while len(order) < n:
-        if not ready:
-            while done[next_stuck]:
-                next_stuck += 1
-            heapq.heappush(ready, next_stuck)
-        c = heapq.heappop(ready)
-        if done[c]:
+    count = 0
+    for root in [c for c in range(n) if not consumed[c]] + list(range(n)):
+        if index[root] >= 0:
             continue
-        done[c] = True
-        order.append(c)
-        for s in succ[c]:
-            indeg[s] -= 1
-            if indeg[s] == 0 and not done[s]:
-                heapq.heappush(ready, s)
-    return order
+        walk = [(root, 0)]
+        while walk:
+            c, i = walk[-1]
+            if i == 0 and index[c] < 0:
+                index[c] = low[c] = count
+                count += 1
+                stack.append(c)
+                on_stack[c] = True
+            ins = producers[c]
+            while i < len(ins) and index[ins[i]] >= 0:
+                if on_stack[ins[i]]:
+                    low[c] = min(low[c], index[ins[i]])
+                i += 1
+            if i < len(ins):
+                walk[-1] = (c, i + 1)
+                walk.append((ins[i], 0))
+                continue
+            walk.pop()
+            if walk:
+                parent = walk[-1][0]
+                low[parent] = min(low[parent], low[c])
+            if low[c] == index[c]:  # c closes a component: pop it
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    order.append(member)
+                    if member == c:
+                        break
+    # Sources (weights, inputs) wait until just before their first consumer.
+    placed = [False] * n
+    out: list[int] = []
+    for c in order:
+        if not producers[c] and consumed[c]:
+            continue
+        for v in producers[c]:
+            if not placed[v] and not producers[v]:
+                placed[v] = True
+                out.append(v)
+        placed[c] = True
+        out.append(c)
+    out.extend(c for c in order if not placed[c])
+    return out
 
 
 def depth_first_order(problem: Problem) -> list[int]:
@@ -342,7 +383,45 @@ def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None 
         add(one_device_plan(problem, d), f"all on {problem.names[d]}")
     add(segment_plan(problem, weights, deadline), "segments")
     add(segment_plan(problem, weights, deadline, order=depth_first_order(problem)), "segments (depth first)")
+    # More starting points: the segments in other device orders (the cpu
+    # last takes the weight-heavy, compute-light tail a budget leaves over).
+    for perm in device_orders(problem)[1:] if problem.budgets else []:
+        if deadline is not None and deadline.remaining_ms() <= 1:
+            break
+        names = ", ".join(problem.names[d] for d in perm)
+        add(segment_plan(problem, weights, deadline, devices=perm), f"segments ({names})")
     add(cheapest_plan(problem), "cheapest")
+    return out
+
+
+def device_orders(problem: Problem, most: int = 6) -> list[tuple[int, ...]]:
+    """Orders of the devices for segment plans, the table's first: every
+    order that differs other than by swapping interchangeable devices (same
+    profile, budget, links, support and costs) when there are at most `most`,
+    else the table's order with each device moved to the front and to the end."""
+    k = len(problem.devices)
+    label = list(range(k))
+    for group in identical_devices(problem):
+        for d in group:
+            label[d] = group[0]
+    table = tuple(range(k))
+    seen: set[tuple[int, ...]] = set()
+    distinct: list[tuple[int, ...]] = []
+    for perm in itertools.permutations(table):
+        key = tuple(label[d] for d in perm)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(perm)
+        if len(distinct) > most:
+            break
+    if len(distinct) <= most:
+        return distinct
+    out = [table]
+    for d in table:
+        rest = tuple(x for x in table if x != d)
+        for perm in ((d, *rest), (*rest, d)):
+            if perm not in out:
+                out.append(perm)
     return out
 
 

@@ -49,7 +49,7 @@ from typing import Any
 import highspy
 import numpy as np
 
-from .problem import Problem, Weights, budget_violations, evaluate
+from .problem import Problem, Weights, budget_violations, evaluate, identical_devices
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,10 @@ class _Model:
         h.setOptionValue("time_limit", max(0.01, time_limit_s))
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 0.5)
+        # HiGHS's own symmetry detection can outlast the whole search (densenet121
+        # with three 6 MB GPUs: minutes after "Found 468 generators"); identical
+        # devices are told apart by `breakers` instead.
+        h.setOptionValue("mip_detect_symmetry", False)
         n = len(self.cost)
         empty_i = np.array([], dtype=np.int32)
         h.addCols(
@@ -195,39 +199,6 @@ class _Model:
         if len(values) != len(self.cost):
             return None
         return [max(cols, key=lambda d: values[cols[d]]) for cols in self.x]
-
-
-def identical_devices(problem: Problem) -> list[list[int]]:
-    """Groups of interchangeable devices: same profile and budget, the same
-    links to every other device and between themselves both ways, and for
-    every class the same support and kernel cost."""
-    k = len(problem.devices)
-
-    def same(a: int, b: int) -> bool:
-        if problem.profiles[a] != problem.profiles[b] or problem.budgets.get(a) != problem.budgets.get(b):
-            return False
-        if problem.links[a][b] != problem.links[b][a]:
-            return False
-        for o in range(k):
-            if o not in (a, b) and (
-                problem.links[a][o] != problem.links[b][o] or problem.links[o][a] != problem.links[o][b]
-            ):
-                return False
-        return all(
-            (a in ok) == (b in ok) and problem.unary[c][a] == problem.unary[c][b]
-            for c, ok in enumerate(problem.allowed)
-        )
-
-    groups: list[list[int]] = []
-    seen: set[int] = set()
-    for a in range(k):
-        if a in seen:
-            continue
-        group = [a, *(b for b in range(a + 1, k) if b not in seen and same(a, b))]
-        seen.update(group)
-        if len(group) > 1:
-            groups.append(group)
-    return groups
 
 
 def relabel(
@@ -326,12 +297,16 @@ def _run(
     limit_s: float,
     start: Sequence[int] | None,
     stage2_ns: float | None = None,
+    stall_s: float | None = None,
 ) -> _Run:
     """Run HiGHS within `limit_s`, in a forked child process that is killed
     when it overruns: HiGHS's own time limit is not checked in every phase
     (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after its root
     LP, calling no callback). The child streams its dual bound and each
-    improving plan as it goes, so a killed run still gives the last of each."""
+    improving plan as it goes, so a killed run still gives the last of each.
+    With `stall_s`, the run also stops when, after its first report, neither
+    its bound nor its plan has improved for that long (a budget problem's
+    bound barely moves past the root; the time is better spent elsewhere)."""
     if not hasattr(os, "fork"):  # no fork on this platform: in process, HiGHS's limit only
         return _run_here(model, objective, limit_s, start, stage2_ns)
     # os.fork, not multiprocessing: plans run in daemonic pool workers, which
@@ -360,19 +335,32 @@ def _run(
     dual = -math.inf
     plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
+    stalled = False
+    moved = math.inf  # when the bound or the plan last improved (after the first report)
     try:
         while result is None:
-            left = stop - time.monotonic()
-            if left <= 0 or not receive.poll(left):
+            now = time.monotonic()
+            left = stop - now
+            if stall_s is not None and moved < math.inf:
+                if now - moved >= stall_s:
+                    stalled = True
+                    break
+                left = min(left, moved + stall_s - now)
+            if left <= 0:
                 break
+            if not receive.poll(left):
+                continue
             try:
                 kind, value = receive.recv()
             except EOFError:
                 break
             if kind == "bound":
+                if moved == math.inf or value > dual + 1e-6 * abs(dual):
+                    moved = time.monotonic()
                 dual = max(dual, value)
             elif kind == "plan":
                 plan = value
+                moved = time.monotonic()
             else:
                 result = value
     finally:
@@ -383,20 +371,29 @@ def _run(
         os.waitpid(pid, 0)
         receive.close()
     if result is None:
+        if stalled:
+            log.info("HiGHS stalled for %.2f s; stopped (last bound %s)", stall_s, dual)
+            return _Run("stopped: stalled", False, False, dual, plan)
         log.info("HiGHS overran its %.2f s limit; stopped (last bound %s)", limit_s, dual)
         return _Run("stopped at the time limit", False, False, dual, plan)
     return result
 
 
 def milp_solve(
-    problem: Problem, weights: Weights, start: Sequence[int] | None, time_limit_s: float
+    problem: Problem,
+    weights: Weights,
+    start: Sequence[int] | None,
+    time_limit_s: float,
+    ties: bool = True,
+    stall_s: float | None = None,
 ) -> MilpResult:
-    """Solve the problem's MILP within `time_limit_s` (stage 1, then stage 2
-    with what is left of it), warm-started by `start` when given."""
+    """Solve the problem's MILP within `time_limit_s` (stage 1, then with
+    `ties` stage 2 with what is left of it), warm-started by `start` when
+    given; stage 1 stops early when it stalls for `stall_s` (see `_run`)."""
     began = time.perf_counter()
     groups = identical_devices(problem)
     model = _Model(problem, weights, groups)
-    first = _run(model, model.cost, time_limit_s - (time.perf_counter() - began), start)
+    first = _run(model, model.cost, time_limit_s - (time.perf_counter() - began), start, stall_s=stall_s)
     text = first.status
     if first.infeasible:
         return MilpResult(None, 0, False, False, True, text)
@@ -417,7 +414,7 @@ def milp_solve(
     # proving the tie-breaks must not double the answer's time.
     left = min(time_limit_s - first_s, max(0.25, 0.3 * first_s))
     log.info("HiGHS stage 1: %s in %.2f s, run time %d ns, bound %d ns", text, first_s, ns, bound)
-    if ns_proven and left > 0.05:
+    if ties and ns_proven and left > 0.05:
         # Stage 2: the tie-breaks among plans of run time <= ns.
         second_run = _run(model, model.tie, left, assign, float(ns - problem.fixed_ns) + 0.5)
         second = second_run.assign

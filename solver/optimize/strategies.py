@@ -16,6 +16,7 @@ from ..errors import SolverTimeout
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
 from .search import Candidate, coarsen, expand, local_moves, obvious_plans
+from .search_lns import improve
 from .search_milp import milp_solve
 from .z3_encoding import Encoding
 
@@ -149,57 +150,61 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
     return _search(problem, weights, deadline, start)
 
 
-# Share of the time left that the MILP may use; the rest is for the rewrite,
+# Shares of the time left: the obvious plans and the expansion (percent), the
+# full MILP, then the windows (`search_lns`); the rest is for the rewrite,
 # the TVM-mode prediction and (with `z3_check`) Z3's confirmation.
-MILP_SHARE = 0.4
-# Percent of the time left for the obvious plans and the expansion.
 SEARCH_SHARE = 25
+MILP_SHARE = 0.25
+# HiGHS stops when neither its bound nor its plan has improved for this long
+# (s): past its root it rarely moves the bound of a budget problem.
+STALL_S = 1.0
+WINDOWS_SHARE = 0.45
+# The windows stop once the plan is within this much (parts per million) of
+# the bound: past it, the 1% goal is proven and more search buys little.
+GAP_GOAL_PPM = 2500
 
 
-# Coarse levels: runs of this many classes of a topological order merged
-# (`search.coarsen`), each solved by HiGHS with this share of the time left.
-COARSE_LEVELS = (32,)
-COARSE_MIN = 256  # free classes below which no coarse level runs
-COARSE_SHARE = 0.2
+# The coarse MILP: runs of this many classes of a topological order merged
+# (`search.coarsen`), solved by HiGHS with this share of the time left, on
+# problems with at least COARSE_MIN free classes.
+COARSE_RUN = 8
+COARSE_MIN = 256
+COARSE_SHARE = 0.15
 
 
 def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline: Deadline) -> list[int]:
-    """Improve a plan within budgets by HiGHS on coarsened problems (runs of
-    classes share a device), coarsest first, each warm-started by the best
-    plan so far and followed by alpha-expansion on the full problem. Budgets
-    make plans whose devices recur along the order (densenet121 with two 9 MB
-    GPUs: cuda:1, cuda, a few classes on the cpu, cuda, cuda:1), which the
-    segment plans cannot express and the full MILP does not reach in time;
-    the coarse problems are small enough to. Only plans that fit and are
-    better are kept."""
-    best = list(assign)
-    best_value = evaluate(problem, weights, best)[0]
+    """The plan, or a better one within budgets from HiGHS on the coarsened
+    problem (runs of classes share a device), warm-started by the plan.
+    Budgets make plans whose devices recur along the order (densenet121 with
+    two 9 MB GPUs: one GPU takes the stem and a piece of the last block, the
+    other everything between), which the segment plans cannot express and
+    windows reach only when one window spans the whole change; the coarse
+    problem spans everything and is small enough to solve (34.74 ms against
+    the 36.98 of the best segment plan, the optimum being 34.73)."""
     free = sum(1 for ok in problem.allowed if len(ok) > 1)
-    for size in COARSE_LEVELS:
-        if free <= COARSE_MIN:  # small problems: the full MILP gets the time
-            continue
-        limit_s = deadline.remaining_ms() * COARSE_SHARE / 1000
-        if limit_s < 0.05:
-            break
-        coarse, group = coarsen(problem, size)
-        if any(not ok for ok in coarse.allowed):
-            continue
-        first: dict[int, int] = {}
-        for c, g in enumerate(group):
-            first.setdefault(g, c)
-        start: list[int] | None = [best[first[g]] for g in range(len(coarse.allowed))]
-        if start is not None and any(start[g] not in ok for g, ok in enumerate(coarse.allowed)):
-            start = None
-        found = milp_solve(coarse, Weights.of(coarse), start, limit_s)
-        if found.assign is None:
-            continue
-        trial = [found.assign[group[c]] for c in range(len(problem.allowed))]
-        if budget_violations(problem, trial) or evaluate(problem, weights, trial)[0] >= best_value:
-            continue
-        trial = expand(problem, weights, trial, Deadline(max(1, int(limit_s * 500))))
-        best, best_value = trial, evaluate(problem, weights, trial)[0]
-        log.debug("coarse level %d: %d", size, best_value)
-    return best
+    limit_s = deadline.remaining_ms() * COARSE_SHARE / 1000
+    if free < COARSE_MIN or limit_s < 0.05:
+        return assign
+    coarse, group = coarsen(problem, COARSE_RUN)
+    if any(not ok for ok in coarse.allowed):
+        return assign
+    first: dict[int, int] = {}
+    for c, g in enumerate(group):
+        first.setdefault(g, c)
+    start: list[int] | None = [assign[first[g]] for g in range(len(coarse.allowed))]
+    if start is not None and any(start[g] not in ok for g, ok in enumerate(coarse.allowed)):
+        start = None
+    found = milp_solve(coarse, Weights.of(coarse), start, limit_s, ties=False, stall_s=STALL_S)
+    if found.assign is None:
+        return assign
+    trial = [found.assign[group[c]] for c in range(len(problem.allowed))]
+    if (
+        budget_violations(problem, trial)
+        or evaluate(problem, weights, trial)[0] >= evaluate(problem, weights, assign)[0]
+    ):
+        return assign
+    log.debug("coarse MILP: %d", evaluate(problem, weights, trial)[0])
+    return trial
 
 
 def _search(
@@ -207,9 +212,12 @@ def _search(
 ) -> Solution | None:
     """Three or more devices, or budgets the cuts did not prove: the obvious
     plans (`search.obvious_plans`), alpha-expansion from the best of them,
-    then HiGHS warm-started by that plan, for a better plan and the bound
-    (`search_milp`). None when HiGHS proves that no plan fits; Z3 `Optimize`
-    only when neither finds any plan in time.
+    HiGHS on the full MILP warm-started by that plan (the bound, and on most
+    problems without budgets the proof), then, unless HiGHS proved its plan,
+    windows of the plan re-solved by HiGHS (`search_lns.improve`), which is
+    what finds the plans budgets make hard (a dense block moved to another
+    GPU and the classes around it re-split). None when HiGHS proves that no
+    plan fits; Z3 `Optimize` only when neither finds any plan in time.
 
     The bound is the best of: the priced cuts' Lagrangian bound (two
     devices), every class at its cheapest device without copies, HiGHS's dual
@@ -218,25 +226,26 @@ def _search(
     lower = _relaxation_bound(problem, weights)
     if start is not None:
         lower = max(lower, min(start.lower, start.objective))
-    # The obvious plans and the expansion get a quarter of the time left (on
-    # 10k classes each minimum cut takes a good fraction of a second).
+    # On 10k classes each minimum cut takes a good fraction of a second.
     phase = Deadline(max(1, deadline.remaining_ms() * SEARCH_SHARE // 100))
     plans = obvious_plans(problem, weights, phase)
     if start is not None:
         plans.append(Candidate(tuple(start.assign), start.objective, start.method))
     best = min(plans, key=lambda p: p.objective, default=None)
     assign: list[int] | None = None
-    origin = ""
     if best is not None:
         assign = expand(problem, weights, best.assign, phase)
-        origin = best.origin
         log.debug(
-            "search: %s %d -> expansion %d", origin, best.objective, evaluate(problem, weights, assign)[0]
+            "search: %s %d -> expansion %d",
+            best.origin,
+            best.objective,
+            evaluate(problem, weights, assign)[0],
         )
     if assign is not None and problem.budgets:
         assign = _coarse_milp(problem, weights, assign, deadline)
+    # The full MILP: the bound, and the proof when HiGHS closes the gap.
     limit_s = deadline.remaining_ms() * MILP_SHARE / 1000
-    found = milp_solve(problem, weights, assign, limit_s) if limit_s > 0.01 else None
+    found = milp_solve(problem, weights, assign, limit_s, stall_s=STALL_S) if limit_s > 0.01 else None
     if found is not None and found.infeasible:
         return None
     method = "search"
@@ -253,11 +262,17 @@ def _search(
         if fallback is None:
             return None
         return dataclasses.replace(fallback, lower=max(fallback.lower, lower))
-    if not (found is not None and found.proven and found.assign == assign):
+    proven = found is not None and found.proven and found.assign == assign
+    if not proven:
+        goal = lower + (lower // weights.per_ns) * weights.per_ns * GAP_GOAL_PPM // 1_000_000
+        if not (found is not None and found.ns_proven) and evaluate(problem, weights, assign)[0] > goal:
+            windows = Deadline(max(1, int(deadline.remaining_ms() * WINDOWS_SHARE)))
+            assign, solved = improve(problem, weights, assign, windows, goal)
+            method += f" + {solved} windows" if solved else ""
         # Polish: single-class moves within the budgets (a few ms).
         assign = local_moves(problem, weights, assign, Deadline(max(1, deadline.remaining_ms() // 10)))
     value = evaluate(problem, weights, assign)[0]
-    if found is not None and found.proven and found.assign == assign:
+    if proven:
         lower = value
     lower = min(lower, value)
     if found is not None:
@@ -265,8 +280,6 @@ def _search(
             method = "highs (optimal)"
         elif found.ns_proven:
             method = "highs (run time optimal)"
-        else:
-            method = f"search + highs ({found.status})"
     return Solution(assign, value, lower, method)
 
 

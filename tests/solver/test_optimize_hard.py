@@ -26,7 +26,7 @@ import pytest
 
 import relay
 import solver
-from solver.optimize import Problem, Weights, budget_violations, evaluate
+from solver.optimize import Problem, Weights, budget_violations, evaluate, run
 from solver.optimize.cost_model import ns_to_ms
 from solver.optimize.run import optimize
 from solver.optimize.search import fingerprint
@@ -115,9 +115,32 @@ def _brute_force(problem: Problem, weights: Weights) -> tuple[int, int] | None:
     return best
 
 
+def _problem_of(
+    module: Any, config: solver.PlanConfig, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Problem, Weights] | None:
+    """The problem optimize mode builds for a request, or None when planning
+    stops before building one (pins and support that contradict each other)."""
+    seen: list[tuple[Problem, Weights]] = []
+    original = run.solve
+
+    def record(problem: Problem, weights: Weights, deadline: Any) -> Any:
+        seen.append((problem, weights))
+        return original(problem, weights, deadline)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "solve", record)
+        try:
+            optimize(module, config)
+        except solver.PlanningConflict:
+            pass
+    return seen[0] if seen else None
+
+
 @pytest.mark.parametrize("budgets", [False, True], ids=["free", "budgets"])
 @pytest.mark.parametrize("devices", [3, 4])
-def test_random_programs_match_brute_force(devices: int, budgets: bool) -> None:
+def test_random_programs_match_brute_force(
+    devices: int, budgets: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limit = 8 if devices == 3 else 6
     for seed in range(50):
         text, config = _case(seed, devices, budgets)
@@ -125,8 +148,11 @@ def test_random_programs_match_brute_force(devices: int, budgets: bool) -> None:
         try:
             opt = optimize(module, config)
         except solver.PlanningConflict:
-            # No assignment satisfies pins, support and budgets (Z3's unsat
-            # core explains it; tests/solver/test_conflicts.py covers those).
+            # No assignment may satisfy pins, support and budgets: when the
+            # problem was built (the budgets decided), brute force agrees.
+            captured = _problem_of(module, config, monkeypatch)
+            if captured is not None:
+                assert _brute_force(*captured) is None, seed
             continue
         problem, weights = opt.problem, opt.weights
         free = [ok for ok in problem.allowed if len(ok) > 1]

@@ -18,6 +18,7 @@ from relay.device import VirtualDevice, parse_target
 from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import DeviceProfile, LinkProfile
+from solver.optimize.problem import identical_devices
 from solver.optimize.search import (
     expand,
     obvious_plans,
@@ -25,7 +26,7 @@ from solver.optimize.search import (
     segment_plan,
     topological_order,
 )
-from solver.optimize.search_milp import identical_devices, milp_solve, relabel
+from solver.optimize.search_milp import milp_solve, relabel
 from solver.optimize.strategies import solve
 
 CPU = DeviceProfile(50.0, 20.0, 2.0)

@@ -1,0 +1,148 @@
+"""Large-neighbourhood search (issue 17): improve a plan by solving windows of
+it exactly, every class outside the window held where the plan has it.
+
+Budgets couple the whole plan, which is what alpha-expansion and single-class
+moves cannot see past: densenet121 with three 6 MB GPUs needs a dense block
+moved to another GPU and the classes around it re-split at once. A window of
+a few hundred consecutive classes of a topological order, with the rest
+fixed, is a small MILP that HiGHS solves in a fraction of a second (the fixed
+classes' bytes leave each device a residual budget, and its LP bound is much
+tighter than the full problem's). Windows slide over the order by half a
+window; a pass that improves nothing doubles the window, up to the whole
+problem. A window's answer is kept only when the whole plan, re-priced with
+`evaluate` and checked with `budget_violations`, fits and is better.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+from ..deadline import Deadline
+from .problem import Edge, Problem, Weights, budget_violations, evaluate
+from .search import topological_order
+from .search_milp import milp_solve
+
+log = logging.getLogger(__name__)
+
+# The first window's classes, the smallest window, and the HiGHS time one
+# window may take (s).
+FIRST_WINDOW = 160
+MIN_WINDOW = 40
+WINDOW_LIMIT_S = 2.0
+WINDOW_STALL_S = 1.0
+
+
+def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Problem:
+    """The problem over the classes `free` (in that order), every other class
+    fixed at its device in `assign`. The fixed classes fold into one anchor
+    class per device (only that device allowed, their weights and largest
+    intermediate, no kernel time), edges between fixed classes into the
+    constants, and edges to a fixed class into edges to its device's anchor.
+    A plan of the restricted problem, with the fixed classes as in `assign`,
+    has the same run time, copies and budget bytes as in `problem`; only the
+    preferred-device tie-break of the fixed classes is left out."""
+    k = len(problem.devices)
+    n = len(free)
+    index = {c: i for i, c in enumerate(free)}
+    allowed = [list(problem.allowed[c]) for c in free] + [[d] for d in range(k)]
+    unary = [dict(problem.unary[c]) for c in free] + [dict.fromkeys(range(k), 0) for _ in range(k)]
+    weight_bytes = [problem.weight_bytes[c] for c in free] + [0] * k
+    largest = [problem.largest[c] for c in free] + [0] * k
+    fixed_ns = problem.fixed_ns
+    fixed_copies = problem.fixed_copies
+    fixed_copy_bytes = dict(problem.fixed_copy_bytes)
+    for c, d in enumerate(assign):
+        if c not in index:
+            weight_bytes[n + d] += problem.weight_bytes[c]
+            largest[n + d] = max(largest[n + d], problem.largest[c])
+            fixed_ns += problem.unary[c][d]
+    edges: list[Edge] = []
+    for u, v, b, uses in problem.edges:
+        iu, iv = index.get(u), index.get(v)
+        if iu is None and iv is None:
+            du, dv = assign[u], assign[v]
+            if du != dv:
+                fixed_ns += problem.edge_ns(b, dv, du, uses)
+                fixed_copies += uses
+                fixed_copy_bytes[du] = fixed_copy_bytes.get(du, 0) + b * uses
+            continue
+        edges.append((n + assign[u] if iu is None else iu, n + assign[v] if iv is None else iv, b, uses))
+    return dataclasses.replace(
+        problem,
+        classes=list(range(n + k)),
+        allowed=allowed,
+        unary=unary,
+        ops=[problem.ops[c] for c in free] + [0] * k,
+        pref=[problem.pref[c] for c in free] + list(range(k)),
+        edges=edges,
+        weight_bytes=weight_bytes,
+        largest=largest,
+        fixed_ns=fixed_ns,
+        fixed_copies=fixed_copies,
+        fixed_copy_bytes=fixed_copy_bytes,
+    )
+
+
+def improve(
+    problem: Problem, weights: Weights, start: Sequence[int], deadline: Deadline, goal: int = 0
+) -> tuple[list[int], int]:
+    """The best plan found from `start` (within support and budgets) by
+    windows solved with HiGHS, and the number of windows solved.
+
+    Windows move along the order by half a window, wrapping around. Their
+    size adapts to what HiGHS proves within `WINDOW_LIMIT_S`: a window proven
+    in under a quarter of it makes the next one half as large again, one that
+    runs out of time or stalls (`WINDOW_STALL_S`) is retried two thirds the
+    size (how hard a window is depends on how tight the budgets are there,
+    not on its size alone). The search stops once every class has been in a
+    window proven optimal since the last improvement, at the deadline, or
+    once the objective is at most `goal`. Problems of at most two first
+    windows are left to the full MILP.
+    """
+    best = list(start)
+    best_value = evaluate(problem, weights, best)[0]
+    order = [c for c in topological_order(problem) if len(problem.allowed[c]) > 1]
+    n = len(order)
+    k = len(problem.devices)
+    size = min(FIRST_WINDOW, n)
+    position = 0
+    settled = [False] * n  # in a window proven optimal since the last improvement
+    solved = 0
+    while n > 2 * FIRST_WINDOW and best_value > goal and not all(settled):
+        limit_s = min(WINDOW_LIMIT_S, deadline.remaining_ms() / 1000)
+        if limit_s < 0.05:
+            break
+        hi = min(n, position + size)
+        lo = max(0, hi - size)
+        free = order[lo:hi]
+        sub = restrict(problem, best, free)
+        began = time.perf_counter()
+        start_sub = [best[c] for c in free] + list(range(k))
+        found = milp_solve(sub, Weights.of(sub), start_sub, limit_s, ties=False, stall_s=WINDOW_STALL_S)
+        took = time.perf_counter() - began
+        solved += 1
+        log.debug("window [%d, %d) of %d: %s in %.2f s", lo, hi, n, found.status, took)
+        if found.assign is not None:
+            trial = list(best)
+            for i, c in enumerate(free):
+                trial[c] = found.assign[i]
+            value = evaluate(problem, weights, trial)[0]
+            if value < best_value and not budget_violations(problem, trial):
+                best, best_value = trial, value
+                settled = [False] * n
+                log.debug("window [%d, %d): better plan %d", lo, hi, value)
+        if not found.ns_proven:
+            if size > MIN_WINDOW:
+                size = max(MIN_WINDOW, size * 2 // 3)
+                continue  # the same place, smaller
+        else:
+            settled[lo:hi] = [True] * (hi - lo)
+            if took < limit_s / 4:
+                size = min(n, size * 3 // 2)
+        step = lo + max(1, (hi - lo) // 2)
+        ahead = [i for i in range(step, n) if not settled[i]] or [i for i in range(n) if not settled[i]]
+        position = ahead[0] if ahead else 0
+    return best, solved
