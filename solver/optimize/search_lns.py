@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 # window may take (s).
 FIRST_WINDOW = 160
 MIN_WINDOW = 40
-WINDOW_LIMIT_S = 2.0
-WINDOW_STALL_S = 1.0
+WINDOW_LIMIT_S = 1.0
+WINDOW_STALL_S = 0.5
 
 
 def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Problem:

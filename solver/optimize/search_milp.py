@@ -304,9 +304,10 @@ def _run(
     (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after its root
     LP, calling no callback). The child streams its dual bound and each
     improving plan as it goes, so a killed run still gives the last of each.
-    With `stall_s`, the run also stops when, after its first report, neither
-    its bound nor its plan has improved for that long (a budget problem's
-    bound barely moves past the root; the time is better spent elsewhere)."""
+    With `stall_s`, the run also stops when, after its first bound, neither
+    its bound nor its plan has improved for that long, or for as long as the
+    first bound took if that is longer (a budget problem's bound barely
+    moves past the root; the time is better spent elsewhere)."""
     if not hasattr(os, "fork"):  # no fork on this platform: in process, HiGHS's limit only
         return _run_here(model, objective, limit_s, start, stage2_ns)
     # os.fork, not multiprocessing: plans run in daemonic pool workers, which
@@ -336,7 +337,7 @@ def _run(
     plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
     stalled = False
-    moved = math.inf  # when the bound or the plan last improved (after the first report)
+    moved = math.inf  # when the bound or the plan last improved (from the first bound on)
     try:
         while result is None:
             now = time.monotonic()
@@ -355,12 +356,16 @@ def _run(
             except EOFError:
                 break
             if kind == "bound":
+                if stall_s is not None and moved == math.inf:
+                    # A problem whose root took long moves in long steps: wait as long.
+                    stall_s = max(stall_s, time.monotonic() - (stop - limit_s - 0.25))
                 if moved == math.inf or value > dual + 1e-6 * abs(dual):
                     moved = time.monotonic()
                 dual = max(dual, value)
             elif kind == "plan":
                 plan = value
-                moved = time.monotonic()
+                if moved < math.inf:
+                    moved = time.monotonic()
             else:
                 result = value
     finally:

@@ -158,7 +158,7 @@ MILP_SHARE = 0.25
 # HiGHS stops when neither its bound nor its plan has improved for this long
 # (s): past its root it rarely moves the bound of a budget problem.
 STALL_S = 1.0
-WINDOWS_SHARE = 0.45
+WINDOWS_SHARE = 0.35
 # The windows stop once the plan is within this much (parts per million) of
 # the bound: past it, the 1% goal is proven and more search buys little.
 GAP_GOAL_PPM = 2500
