@@ -54,6 +54,7 @@ def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Pr
     fixed_ns = problem.fixed_ns
     fixed_copies = problem.fixed_copies
     fixed_copy_bytes = dict(problem.fixed_copy_bytes)
+    fixed_copy_ns = dict(problem.fixed_copy_ns)
     for c, d in enumerate(assign):
         if c not in index:
             weight_bytes[n + d] += problem.weight_bytes[c]
@@ -65,9 +66,11 @@ def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Pr
         if iu is None and iv is None:
             du, dv = assign[u], assign[v]
             if du != dv:
-                fixed_ns += problem.edge_ns(b, dv, du, uses)
+                ns = problem.edge_ns(b, dv, du, uses)
+                fixed_ns += ns
                 fixed_copies += uses
                 fixed_copy_bytes[du] = fixed_copy_bytes.get(du, 0) + b * uses
+                fixed_copy_ns[du] = fixed_copy_ns.get(du, 0) + ns
             continue
         edges.append((n + assign[u] if iu is None else iu, n + assign[v] if iv is None else iv, b, uses))
     return dataclasses.replace(
@@ -83,6 +86,7 @@ def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Pr
         fixed_ns=fixed_ns,
         fixed_copies=fixed_copies,
         fixed_copy_bytes=fixed_copy_bytes,
+        fixed_copy_ns=fixed_copy_ns,
     )
 
 
