@@ -1,6 +1,8 @@
 """Solving an optimize problem: the exact two-device minimum cut, the budget
-heuristic with its Lagrangian bound, Z3 `Optimize` (weighted MaxSAT) for the
-rest, and the relaxation bound when Z3 runs out of time.
+heuristic with its Lagrangian bound, and for everything else `_search`
+(obvious plans, alpha-expansion, HiGHS on a coarsened and on the full MILP,
+windows re-solved by HiGHS, a polish), with Z3 `Optimize` only when none of
+them finds a plan in time.
 """
 
 from __future__ import annotations
@@ -212,12 +214,14 @@ def _search(
 ) -> Solution | None:
     """Three or more devices, or budgets the cuts did not prove: the obvious
     plans (`search.obvious_plans`), alpha-expansion from the best of them,
-    HiGHS on the full MILP warm-started by that plan (the bound, and on most
-    problems without budgets the proof), then, unless HiGHS proved its plan,
-    windows of the plan re-solved by HiGHS (`search_lns.improve`), which is
-    what finds the plans budgets make hard (a dense block moved to another
-    GPU and the classes around it re-split). None when HiGHS proves that no
-    plan fits; Z3 `Optimize` only when neither finds any plan in time.
+    with budgets HiGHS on the coarsened problem (`_coarse_milp`), HiGHS on
+    the full MILP warm-started by the best plan (the bound, and on most
+    problems without budgets the proof), then, unless HiGHS proved the run
+    time or the plan is within GAP_GOAL_PPM of the bound, windows of the plan
+    re-solved by HiGHS (`search_lns.improve`), then a polish. Each step starts
+    from the best plan so far, so the answer is never worse than any of them.
+    None when HiGHS proves that no plan fits; Z3 `Optimize` only when no step
+    finds a plan in time.
 
     The bound is the best of: the priced cuts' Lagrangian bound (two
     devices), every class at its cheapest device without copies, HiGHS's dual
