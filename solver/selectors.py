@@ -158,12 +158,20 @@ def op_calls(module: Module, name: str) -> list[Call]:
     ]
 
 
-def resolve(module: Module, selector: Selector | Mapping[str, Any], where: str = "selector") -> list[Expr]:
-    """The input expressions a selector names (in node-id order for `op`)."""
+def resolve(
+    module: Module,
+    selector: Selector | Mapping[str, Any],
+    where: str = "selector",
+    ids: Sequence[Expr] | None = None,
+) -> list[Expr]:
+    """The input expressions a selector names (in node-id order for `op`).
+    `ids`: `node_ids(module)` when the caller has it (a report resolves a
+    node selector per placement; walking the module for each is quadratic)."""
     sel = Selector.parse(selector, where)
     value = sel.value
     if sel.kind == "node":
-        ids = node_ids(module)
+        if ids is None:
+            ids = node_ids(module)
         assert isinstance(value, int)
         if value >= len(ids):
             raise PlanConfigError(f"{where}: node {value} does not exist (the module has {len(ids)} nodes)")

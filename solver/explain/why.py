@@ -113,6 +113,23 @@ class Explainer:
         self.id_of = {id(n): i for i, n in enumerate(self.ids)}
         self.input_of = {id(p): self.id_of[id(a)] for a, p in _pairs(self.ids, self.mapping)}
         self.follows: dict[int, dict[int, int]] = {}
+        # Per adjacency (0 hard, 1 all): each element's component, shared by its
+        # members, and the elements known to reach no hard pin. A report asks
+        # about every node; without these each answer walked the whole
+        # component again (quadratic: densenet121's report took seconds).
+        self._components: tuple[dict[int, set[int]], dict[int, set[int]]] = ({}, {})
+        self._unpinned: tuple[set[int], set[int]] = (set(), set())
+        self._first_default: dict[int, tuple[int, int, VirtualDevice] | None] = {}
+
+    def _component_of(self, elem: int, which: int) -> set[int]:
+        """`elem`'s component over the hard (0) or all (1) edges, computed once per component."""
+        known = self._components[which]
+        comp = known.get(elem)
+        if comp is None:
+            comp = _component(elem, self.graph.hard_adj if which == 0 else self.graph.all_adj)
+            for x in comp:
+                known[x] = comp
+        return comp
 
     # ---- elements
 
@@ -183,8 +200,12 @@ class Explainer:
         def hard_pin(x: int) -> bool:
             return any(hard[c].hard and vd.device_type is not None for vd, c in g.pins.get(x, ()))
 
-        for adj in (g.hard_adj, g.all_adj):
+        for which, adj in enumerate((g.hard_adj, g.all_adj)):
+            if elem in self._unpinned[which]:
+                continue
             found = shortest_path(elem, adj.__getitem__, hard_pin)
+            if found is None:  # no hard pin in elem's component: none for its members either
+                self._unpinned[which].update(self._component_of(elem, which))
             if found is not None:
                 path, end = found
                 vd, cid = next((v, c) for v, c in g.pins[end] if hard[c].hard and v.device_type is not None)
@@ -196,23 +217,25 @@ class Explainer:
                 else:
                     msg = f"{kind} puts it on {device_name(vd)}"
                 chain.append(self._step(end, None, cid, msg))
-                also = self._agreeing(elem, adj, cid)
+                also = self._agreeing(elem, which, cid)
                 if also:
                     msg += f" (also fixed by {len(also)} other constraint(s))"
                 return _Decision(chain, reason, msg, None, also=also)
         if self.cost_reason is not None:
             msg, cost = self.cost_reason(elem)
             return _Decision([], "cost", msg, None, cost=cost)
-        comp = _component(elem, g.all_adj)
+        comp = self._component_of(elem, 1)
         # The first default applied to the class (log order is the walk's order).
-        best = next(
-            (
-                (c, x, vd)
-                for x, vd, c in self.ds.pins
-                if x in comp and not hard[c].hard and vd.device_type is not None
-            ),
-            None,
-        )
+        if id(comp) not in self._first_default:
+            self._first_default[id(comp)] = next(
+                (
+                    (c, x, vd)
+                    for x, vd, c in self.ds.pins
+                    if x in comp and not hard[c].hard and vd.device_type is not None
+                ),
+                None,
+            )
+        best = self._first_default[id(comp)]
         if best is None:
             msg = (
                 f"nothing constrains it (no annotation, pin, host operator or attribute reaches "
@@ -243,11 +266,12 @@ class Explainer:
         )
         return _Decision(chain, "default", msg, None)
 
-    def _agreeing(self, elem: int, adj: list[list[tuple[int, int]]], cid: int) -> tuple[int, ...]:
+    def _agreeing(self, elem: int, which: int, cid: int) -> tuple[int, ...]:
         """Node ids of the other hard pins that fix the same class (flipping
-        only the chain's end would leave the device to them)."""
+        only the chain's end would leave the device to them); `which` as in
+        `_component_of`."""
         tags = self.ds.tags
-        comp = _component(elem, adj)
+        comp = self._component_of(elem, which)
         out: list[int] = []
         for x, vd, c in self.ds.pins:
             if c != cid and x in comp and tags[c].hard and vd.device_type is not None:
@@ -300,7 +324,7 @@ class Explainer:
         )
 
     def answer_selector(self, selector: Mapping[str, Any], where: str = "why") -> WhyResult:
-        nodes = resolve(self.module, selector, where)
+        nodes = resolve(self.module, selector, where, self.ids)
         answers = tuple(self.answer(n) for n in nodes[:MAX_ANSWERS])
         return WhyResult(dict(selector), answers, len(nodes), len(nodes) > MAX_ANSWERS)
 
