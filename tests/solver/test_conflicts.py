@@ -178,3 +178,29 @@ def test_message_names_parameter_call_and_devices() -> None:
     kinds = [c.kind for c in err.constraints]
     assert kinds[0] == "annotation" and kinds[-1] == "annotation" and "call site" in kinds
     assert ("call site", 10, 3) in _summary(err)
+
+
+def _pinned_chain(n: int) -> str:
+    """n `negative` calls between an on_device cpu start and an on_device cuda end."""
+    lines = [
+        '#[version = "0.0.5"]',
+        "def @main(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {",
+        "  %0 = on_device(negative(%x), virtual_device=meta[VirtualDevice][0], constrain_result=True);",
+    ]
+    lines += [f"  %{i} = negative(%{i - 1});" for i in range(1, n)]
+    lines.append(f"  on_device(negative(%{n - 1}), virtual_device=meta[VirtualDevice][1], constrain_result=True)")
+    return "\n".join([*lines, "}", ""])
+
+
+def test_a_long_chain_conflict_names_both_pins_and_every_link() -> None:
+    # The core is the whole path: both annotations and each call linking them.
+    # (Its proof is one Z3 check; the old deletion pass took 43 s at 2,000 calls.)
+    n = 2_000
+    err = _conflict(_pinned_chain(n))
+    kinds = [c.kind for c in err.constraints]
+    assert kinds.count("annotation") == 2
+    assert len(err.constraints) == n + 2
+    assert {c.devices[0] for c in err.constraints if c.devices} == {"cpu", "cuda"}
+    # Minimal: without one link in the middle the chain plans.
+    broken = _pinned_chain(n).replace(f"%{n // 2} = negative(%{n // 2 - 1});", f"%{n // 2} = %x;")
+    solver.plan(relay.parse_text(broken), CFG)
