@@ -20,7 +20,7 @@ from ..domains import DomainSystem
 from ..errors import ConflictConstraint, PlanningConflict
 from ..explain import constraint_of, short_text
 from .problem import Built, Problem, Solution, SupportFailure, Weights, budget_violations, evaluate
-from .z3_encoding import encode
+from .z3_encoding import Encoding
 
 CostReason = Callable[[int], tuple[str, dict[str, Any]]]
 
@@ -79,19 +79,16 @@ def support_conflict(ds: DomainSystem, built: Built, prefix: str) -> PlanningCon
 
 def budget_conflict(problem: Problem, ds: DomainSystem, timeout_ms: int) -> PlanningConflict:
     """Explain an infeasible problem with Z3's unsat core over guarded pins, support rules and budgets."""
-    weights = Weights.of(problem)
-    lines, _, guards, _ = encode(problem, weights, track=True)
-    ctx = z3.Context()
-    solver = z3.Solver(ctx=ctx)
-    solver.set("timeout", max(1, timeout_ms))
-    solver.from_string("\n".join(lines))
-    lits = [z3.Bool(g, ctx) for g in guards]
-    result = solver.check(*lits)
+    enc = Encoding(problem, Weights.of(problem), track=True)
+    solver = enc.solver(timeout_ms)
+    result = solver.check(*(enc.guard(g) for g in enc.guards))
     constraints: list[ConflictConstraint] = []
     if result == z3.unsat:
         core = {str(x) for x in solver.unsat_core()}
-        for g in core:
-            what, arg = guards[g]
+        # In the encoding's order (pins and support by class, then budgets), not
+        # the set's: the message must not change from one process to the next.
+        for g in (g for g in enc.guards if g in core):
+            what, arg = enc.guards[g]
             if what == "budget":
                 p = problem.profiles[arg]
                 constraints.append(

@@ -21,8 +21,8 @@ model back, and the Z3 check of a plan found without it (`z3_check`).
   `objective < incumbent` can be added.
 
 It replaced SMT-LIB text assembled by hand and read back with a regular
-expression (issue 16); `encode` below still gives SMT-LIB text of the same
-encoding (from Z3's own printer) for callers that take text. Measured cost
+expression (issue 16); since stop 24 no caller goes through text (the budget
+conflict printed it and parsed it back into a new context). Measured cost
 (2-core box under load, resnet50 with cpu and two 60 MB GPUs, 436 classes):
 building the encoding takes about 0.45 s of Python API calls, and
 `z3_confirm` 0.7 s against 0.12 s for the old text (`z3_check` is opt-in;
@@ -156,17 +156,6 @@ class Encoding:
             chosen = next((d for d, lit in lits.items() if z3.is_true(model.eval(lit))), None)
             out.append(chosen if chosen is not None else self.problem.allowed[c][0])
         return out
-
-
-def encode(
-    problem: Problem, weights: Weights, track: bool
-) -> tuple[list[str], list[str], dict[str, Any], int]:
-    """The encoding as SMT-LIB text (Z3's printer), for callers that take
-    text: (assertion lines, no soft lines, guards, Bool count). Guard names
-    are `g_allow<c>` and `g_budget<d>`, as in `Encoding`."""
-    enc = Encoding(problem, weights, track)
-    text = enc.solver(1).sexpr()
-    return [text], [], dict(enc.guards), enc.variables
 
 
 def z3_confirm(problem: Problem, weights: Weights, solution: Solution, timeout_ms: int) -> int:

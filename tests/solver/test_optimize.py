@@ -7,7 +7,10 @@ independent of the optimizer's own bookkeeping.
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ from solver.optimize.run import evaluate_planned
 
 from ._corpus import CORPUS
 from ._lexical import operator_devices
+
+ROOT = Path(__file__).resolve().parents[2]
 
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 
@@ -251,6 +256,40 @@ def test_budget_conflict_names_budgets() -> None:
     with pytest.raises(solver.PlanningConflict) as info:
         _optimize(module, device_profiles={"cuda": {"memory_bytes": 1000}, "cpu": {"memory_bytes": 1000}})
     assert {c.kind for c in info.value.constraints} == {"memory budget"}
+
+
+_BUDGET_PIN_CONFLICT = """
+import relay, solver
+text = '#[version = "0.0.5"]\\ndef @main(%a: Tensor[(256, 256), float32], %b: Tensor[(256, 256), float32]) {\\n  %0 = add(%a, %b);\\n  %1 = exp(%0);\\n  negative(%1)\\n}\\n'
+config = solver.PlanConfig(
+    mode="optimize", virtual_devices=("cpu", "cuda"),
+    constraints=({"select": {"op": "add"}, "device": "cuda"}, {"select": {"op": "exp"}, "device": "cuda"}),
+    device_profiles={"cuda": {"memory_bytes": 300_000}},
+)
+try:
+    solver.plan(relay.parse_text(text), config)
+except solver.PlanningConflict as err:
+    print(err.message)
+"""
+
+
+def test_budget_conflict_message_is_the_same_in_every_process() -> None:
+    # The unsat core is a set; the message lists it in the encoding's order,
+    # so it does not change with the string hash seed of the process.
+    messages = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", _BUDGET_PIN_CONFLICT],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
+        messages.add(run.stdout)
+    (message,) = messages
+    assert "memory budget" in message and "constraint #" in message
 
 
 def test_budget_moves_weights_off_the_small_device() -> None:
