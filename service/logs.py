@@ -115,6 +115,20 @@ class _Sink:
                 self._announced = self.dropped
             if missed:
                 self._write(_drop_line(missed, self.dropped), count_failure=False)
+            self.queue.task_done()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued line is written, at most `timeout_s` (a blocked
+        output must not hold the caller longer); whether it got there."""
+        end = time.monotonic() + timeout_s
+        done = self.queue.all_tasks_done
+        with done:
+            while self.queue.unfinished_tasks:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                done.wait(left)
+        return True
 
     def _write(self, line: str, count_failure: bool = True) -> None:
         data = (line + "\n").encode("utf-8", errors="replace")
@@ -200,6 +214,12 @@ def queue_handler(queue_size: int = DEFAULT_QUEUE_SIZE) -> logging.Handler:
     later calls (dictConfig runs again in uvicorn) reuse both.
     """
     return DroppingQueueHandler(_current_sink(queue_size))
+
+
+def flush(timeout_s: float = 1.0) -> bool:
+    """Before a process ends on its own terms (a work horse after its job): wait
+    up to `timeout_s` until this process's queued lines are written."""
+    return _sink.flush(timeout_s) if _sink is not None else True
 
 
 def queue_size() -> int:

@@ -29,10 +29,26 @@ from service.config import get_settings
 from service.errors import ARTIFACT_STORE_UNAVAILABLE, COMPILE_TIMEOUT
 from service.jobs.queue import forget_inflight
 from service.jobs.stats import observe, record_final
+from service.logs import configure, flush
 from service.models import CompileReport, CompileResponse
 from service.planning import PlanFailure, PlanJob
 
 log = logging.getLogger("devplan.jobs")
+_logging_ready = False
+
+
+def configure_horse_logging() -> None:
+    """Once per process: the job's records as JSON lines through the
+    non-blocking queue of service/logs.py. The work horse is a fresh
+    interpreter (`DevplanWorker` is a SpawnWorker) that runs none of
+    `devplan worker`'s set-up, so without this its records went to Python's
+    last-resort handler: plain text, and a write that blocks the job when the
+    log output stalls."""
+    global _logging_ready
+    if not _logging_ready:
+        settings = get_settings()
+        configure(settings.log_level, settings.log_queue_size)
+        _logging_ready = True
 
 
 def compile_response(result: dict[str, Any], cache_hit: bool) -> dict[str, Any]:
@@ -116,6 +132,7 @@ def run_compile_job(payload: dict[str, Any], target: Target = worker_main) -> di
 
     job: Any = get_current_job()  # rq's Job methods are untyped
     assert job is not None, "run_compile_job runs only as an RQ job"
+    configure_horse_logging()
     # (DevplanWorker counted this attempt when it took the job.)
 
     def on_start(pid: int) -> None:
@@ -127,8 +144,16 @@ def run_compile_job(payload: dict[str, Any], target: Target = worker_main) -> di
         outcome = build(payload, job.id, on_start, target)
     except Exception as err:  # unexpected: RQ records it and retries (a worker's bug, a lost disk...)
         log.exception("compile job %s failed", job.id)
+        flush()
         raise RuntimeError(f"compile job failed: {type(err).__name__}: {err}") from None
     ended = datetime.now(UTC)
+    log.info(
+        "compile job %s %s in %.2f s",
+        job.id,
+        "finished" if "ok" in outcome else "failed",
+        (ended - started).total_seconds(),
+        extra={"job_id": job.id, "request_id": payload.get("request_id")},
+    )
     redis = job.connection
     if job.enqueued_at is not None:
         enqueued = job.enqueued_at if job.enqueued_at.tzinfo else job.enqueued_at.replace(tzinfo=UTC)
@@ -138,6 +163,7 @@ def run_compile_job(payload: dict[str, Any], target: Target = worker_main) -> di
     job.meta["counted"] = True
     job.save_meta()
     forget_inflight(redis, str(payload["key"]), job.id)
+    flush()  # the horse ends after its job; its queued lines would die with it
     return outcome
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -123,6 +124,18 @@ def test_six_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_
         assert job["enqueued_at"] <= job["started_at"] <= job["ended_at"]
     listed = api.get("/jobs", params={"status": "finished"}).json()["jobs"]
     assert set(submitted) <= {job["id"] for job in listed}
+    # Each job's work horse (a fresh interpreter) logged its end as a JSON line
+    # through the non-blocking log queue, flushed before the horse ended.
+    logged = set()
+    for name in two_workers:
+        for line in (farm.workdir / f"worker-{name}.log").read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # RQ's own lines are plain text
+            if isinstance(record, dict) and record.get("logger") == "devplan.jobs":
+                logged.add(record.get("job_id"))
+    assert set(submitted) <= logged
     # The same request again is a cache hit: a finished job named by the key, nothing enqueued.
     before = farm.connection().llen("rq:queue:compile")
     again = api.post("/jobs/compile", json=tiny(3))

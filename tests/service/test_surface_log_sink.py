@@ -112,3 +112,26 @@ def test_lines_written_to_a_closed_output_are_counted() -> None:
         time.sleep(0.001)
     assert sink.dropped == 6  # one per record; the "records dropped" lines are not counted
     stream.close()
+
+
+def test_flush_waits_for_the_written_lines_and_gives_up_on_a_blocked_output() -> None:
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    sink = _Sink(queue_size=10, stream=stream)
+    handler = DroppingQueueHandler(sink)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("devplan.test.flush")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.warning("small")
+    reader = threading.Thread(target=_read_lines, args=(read_end, 1))
+    reader.start()
+    assert sink.flush(60)  # the line reached the pipe (a reader takes it)
+    reader.join()
+    # A line larger than the pipe, nobody reading: the writer is stuck in it and
+    # flush returns (False) when its time is up instead of waiting for it.
+    logger.warning("x" * 70_000)
+    assert not sink.flush(0.2)
+    os.close(read_end)  # the stuck write fails now (EPIPE): counted, the writer moves on
+    assert sink.flush(60)
+    stream.close()
