@@ -23,15 +23,22 @@ def _read_lines(fd: int, count: int) -> list[dict[str, object]]:
     return [json.loads(line) for line in data.decode().splitlines()]
 
 
-def test_a_blocked_output_drops_records_and_reports_them_when_it_drains() -> None:
+def _piped_logger(name: str, queue_size: int) -> tuple[int, Any, _Sink, logging.Logger]:
+    """A logger whose records go through a sink into a pipe: (read end, the
+    write end's stream, the sink, the logger)."""
     read_end, write_end = os.pipe()
     stream = os.fdopen(write_end, "w")
-    sink = _Sink(queue_size=3, stream=stream)
+    sink = _Sink(queue_size=queue_size, stream=stream)
     handler = DroppingQueueHandler(sink)
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("devplan.test.sink")
+    logger = logging.getLogger(name)
     logger.propagate = False
     logger.addHandler(handler)
+    return read_end, stream, sink, logger
+
+
+def test_a_blocked_output_drops_records_and_reports_them_when_it_drains() -> None:
+    read_end, stream, sink, logger = _piped_logger("devplan.test.sink", 3)
     big = "x" * 70_000  # one line larger than the pipe: the writer blocks inside it
 
     logger.warning(big)
@@ -115,14 +122,7 @@ def test_lines_written_to_a_closed_output_are_counted() -> None:
 
 
 def test_flush_waits_for_the_written_lines_and_gives_up_on_a_blocked_output() -> None:
-    read_end, write_end = os.pipe()
-    stream = os.fdopen(write_end, "w")
-    sink = _Sink(queue_size=10, stream=stream)
-    handler = DroppingQueueHandler(sink)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("devplan.test.flush")
-    logger.propagate = False
-    logger.addHandler(handler)
+    read_end, stream, sink, logger = _piped_logger("devplan.test.flush", 10)
     logger.warning("small")
     reader = threading.Thread(target=_read_lines, args=(read_end, 1))
     reader.start()
