@@ -381,7 +381,8 @@ def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None 
 
     for d in range(len(problem.devices)):
         add(one_device_plan(problem, d), f"all on {problem.names[d]}")
-    add(segment_plan(problem, weights, deadline), "segments")
+    order = topological_order(problem)
+    add(segment_plan(problem, weights, deadline, order=order), "segments")
     add(segment_plan(problem, weights, deadline, order=depth_first_order(problem)), "segments (depth first)")
     # More starting points: the segments in other device orders (the cpu
     # last takes the weight-heavy, compute-light tail a budget leaves over).
@@ -389,7 +390,7 @@ def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None 
         if deadline is not None and deadline.remaining_ms() <= 1:
             break
         names = ", ".join(problem.names[d] for d in perm)
-        add(segment_plan(problem, weights, deadline, devices=perm), f"segments ({names})")
+        add(segment_plan(problem, weights, deadline, devices=perm, order=order), f"segments ({names})")
     add(cheapest_plan(problem), "cheapest")
     return out
 

@@ -7,10 +7,10 @@ moved to another GPU and the classes around it re-split at once. A window of
 a few hundred consecutive classes of a topological order, with the rest
 fixed, is a small MILP that HiGHS solves in a fraction of a second (the fixed
 classes' bytes leave each device a residual budget, and its LP bound is much
-tighter than the full problem's). Windows slide over the order by half a
-window; a pass that improves nothing doubles the window, up to the whole
-problem. A window's answer is kept only when the whole plan, re-priced with
-`evaluate` and checked with `budget_violations`, fits and is better.
+tighter than the full problem's). How the windows move and grow is
+`improve`'s docstring. A window's answer is kept only when the whole plan,
+re-priced with `evaluate` and checked with `budget_violations`, fits and is
+better.
 """
 
 from __future__ import annotations
@@ -107,15 +107,17 @@ def improve(
     windows are left to the full MILP.
     """
     best = list(start)
-    best_value = evaluate(problem, weights, best)[0]
     order = [c for c in topological_order(problem) if len(problem.allowed[c]) > 1]
     n = len(order)
+    if n <= 2 * FIRST_WINDOW:
+        return best, 0
+    best_value = evaluate(problem, weights, best)[0]
     k = len(problem.devices)
-    size = min(FIRST_WINDOW, n)
+    size = FIRST_WINDOW
     position = 0
     settled = [False] * n  # in a window proven optimal since the last improvement
     solved = 0
-    while n > 2 * FIRST_WINDOW and best_value > goal and not all(settled):
+    while best_value > goal and not all(settled):
         limit_s = min(WINDOW_LIMIT_S, deadline.remaining_ms() / 1000)
         if limit_s < 0.05:
             break
@@ -146,7 +148,7 @@ def improve(
             settled[lo:hi] = [True] * (hi - lo)
             if took < limit_s / 4:
                 size = min(n, size * 3 // 2)
+        # The next window starts half a window on, at the first class not yet settled.
         step = lo + max(1, (hi - lo) // 2)
-        ahead = [i for i in range(step, n) if not settled[i]] or [i for i in range(n) if not settled[i]]
-        position = ahead[0] if ahead else 0
+        position = next((i for i in [*range(step, n), *range(step)] if not settled[i]), 0)
     return best, solved

@@ -332,7 +332,8 @@ def _run(
             os._exit(0)  # no atexit handlers or inherited finalisers in the child
     os.close(write_fd)
     receive = Connection(read_fd, writable=False)
-    stop = time.monotonic() + limit_s + 0.25
+    began = time.monotonic()
+    stop = began + limit_s + 0.25
     dual = -math.inf
     plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
@@ -358,7 +359,7 @@ def _run(
             if kind == "bound":
                 if stall_s is not None and moved == math.inf:
                     # A problem whose root took long moves in long steps: wait as long.
-                    stall_s = max(stall_s, time.monotonic() - (stop - limit_s - 0.25))
+                    stall_s = max(stall_s, time.monotonic() - began)
                 if moved == math.inf or value > dual + 1e-6 * abs(dual):
                     moved = time.monotonic()
                 dual = max(dual, value)

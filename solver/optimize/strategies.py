@@ -193,10 +193,11 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
     first: dict[int, int] = {}
     for c, g in enumerate(group):
         first.setdefault(g, c)
-    start: list[int] | None = [assign[first[g]] for g in range(len(coarse.allowed))]
-    if start is not None and any(start[g] not in ok for g, ok in enumerate(coarse.allowed)):
-        start = None
-    found = milp_solve(coarse, Weights.of(coarse), start, limit_s, ties=False, stall_s=STALL_S)
+    start = [assign[first[g]] for g in range(len(coarse.allowed))]
+    fits = all(start[g] in ok for g, ok in enumerate(coarse.allowed))
+    found = milp_solve(
+        coarse, Weights.of(coarse), start if fits else None, limit_s, ties=False, stall_s=STALL_S
+    )
     if found.assign is None:
         return assign
     trial = [found.assign[group[c]] for c in range(len(problem.allowed))]

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import yaml
+
+from tests._scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gen_openapi():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gen_openapi", ROOT / "scripts" / "gen_openapi.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gen_openapi.py", "gen_openapi")
 
 
 def test_openapi_yaml_is_up_to_date() -> None:

@@ -101,22 +101,12 @@ def test_a_compile_process_reports_the_records_it_dropped(tmp_path: Path) -> Non
 
 
 def test_lines_written_to_a_closed_output_are_counted() -> None:
-    read_end, write_end = os.pipe()
+    read_end, stream, sink, logger = _piped_logger("devplan.test.closed", 10)
     os.close(read_end)  # nobody will ever read: writes fail with EPIPE (SIGPIPE is ignored)
-    stream = os.fdopen(write_end, "w")
-    sink = _Sink(queue_size=10, stream=stream)
-    handler = DroppingQueueHandler(sink)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("devplan.test.closed")
-    logger.propagate = False
-    logger.addHandler(handler)
     for i in range(5):
         logger.warning("lost %d", i)
-    while sink.dropped < 5:  # the writer thread takes each line and fails to write it
-        time.sleep(0.001)
-    sink.queue.put("sentinel")  # once the writer took this one, the five are settled
-    while sink.dropped < 6:
-        time.sleep(0.001)
+    sink.queue.put("sentinel")
+    assert sink.flush(60)  # the writer took each line and failed to write it
     assert sink.dropped == 6  # one per record; the "records dropped" lines are not counted
     stream.close()
 

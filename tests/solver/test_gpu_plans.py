@@ -3,25 +3,13 @@ their requests (so a GPU machine without z3 runs what the optimizer says)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .._scripts import load_script
 
-
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_gpu_plans", ROOT / "scripts" / "gen_gpu_plans.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_script("scripts/gen_gpu_plans.py", "gen_gpu_plans")
 NAMES = sorted(GEN.load_specs())
 
 

@@ -16,10 +16,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,11 +29,11 @@ from solver.optimize.cost_model import ns_to_ms
 from solver.optimize.run import optimize
 from solver.optimize.search import fingerprint
 
+from .._scripts import load_script
 from ._corpus import CORPUS
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 UNARY = ("exp", "negative", "nn.relu", "sigmoid", "tanh")
 BINARY = ("add", "multiply", "subtract")
@@ -174,11 +172,7 @@ BASE: dict[str, Any] = {"default_device": "cuda", "host_device": "cpu"}
 
 
 def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_optimize", ROOT / "benchmarks" / "optimize.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/optimize.py", "bench_optimize")
 
 
 def _topological(problem: Problem) -> list[int]:

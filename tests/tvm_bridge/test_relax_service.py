@@ -92,9 +92,10 @@ def test_relax_why_query_is_422(client: TestClient) -> None:
     assert "Relax" in r.json()["detail"]
 
 
-_WITHOUT_TVM = textwrap.dedent(
+# The start of a subprocess script: importing tvm (or tvm_ffi) fails in it.
+_BLOCK_TVM = textwrap.dedent(
     """
-    import importlib.abc, json, sys
+    import importlib.abc, sys
 
     class NoTVM(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -103,6 +104,12 @@ _WITHOUT_TVM = textwrap.dedent(
             return None
 
     sys.meta_path.insert(0, NoTVM())
+    """
+)
+_WITHOUT_TVM = _BLOCK_TVM + textwrap.dedent(
+    """
+    import json
+
     from fastapi.testclient import TestClient
     from service.config import Settings
     from service.main import create_app
@@ -136,17 +143,8 @@ def test_relax_without_tvm_is_503_and_relay_still_plans() -> None:
     assert result["tvm_loaded"] is False
 
 
-_CLI_WITHOUT_TVM = textwrap.dedent(
+_CLI_WITHOUT_TVM = _BLOCK_TVM + textwrap.dedent(
     """
-    import importlib.abc, sys
-
-    class NoTVM(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "tvm" or name.startswith("tvm.") or name.startswith("tvm_ffi"):
-                raise ImportError("tvm is blocked in this process")
-            return None
-
-    sys.meta_path.insert(0, NoTVM())
     from service.cli import main
 
     sys.exit(main(["plan", sys.argv[1]]))
