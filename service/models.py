@@ -46,7 +46,14 @@ DeviceSpecField = Annotated[
 
 class ParamSelector(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    param: str = Field(..., max_length=1024, description='A global function\'s parameter: "@main:%data".')
+    param: str = Field(
+        ...,
+        max_length=1024,
+        description=(
+            'A global function\'s parameter: "@main:%data"; or a name pattern (shell-style * and ?), '
+            '"@main:p_model_layers_3_*", which pins every matching parameter and the operators that read them.'
+        ),
+    )
 
 
 class FunctionSelector(BaseModel):

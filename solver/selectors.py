@@ -1,7 +1,8 @@
 """Selectors name expressions of the *input* module; one `resolve` serves
 request pins, why-queries and pictures alike.
 
-Kinds: `{"param": "@f:%x"}`, `{"function": "@f"}`, `{"op": NAME, "index": K}`,
+Kinds: `{"param": "@f:%x"}` (or a name pattern, `{"param": "@f:p_layers_3_*"}`:
+shell-style `*` and `?` as `fnmatch`), `{"function": "@f"}`, `{"op": NAME, "index": K}`,
 `{"at": "LINE:COL"}` (the outermost expression starting there; text input
 only) and `{"node": ID}`. Node ids number the input module's expressions in
 post-order (`relay.traverse.post_order` over the global functions in
@@ -20,8 +21,9 @@ added or dropped) and finds where the plan inserted copies.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from relay import ast
@@ -34,6 +36,12 @@ from .errors import PlanConfigError
 
 SELECTOR_KINDS = ("param", "function", "op", "at", "node")
 WRAPPERS = ("on_device", "device_copy")
+PATTERN_CHARS = "*?"
+# Operators that only re-lay a tensor out, by their Relax names and the Relay
+# names tvm_bridge.relax_translate gives them (permute_dims -> transpose,
+# astype -> cast): pattern pins on weights follow them to the operator that
+# computes, and the device map counts a re-laid-out weight as that weight.
+LAYOUT_ONLY_OPS = frozenset({"permute_dims", "transpose", "reshape", "astype", "cast", "expand_dims"})
 
 
 # ---------------------------------------------------------------------------
@@ -88,6 +96,11 @@ class Selector:
     def param_name(self) -> str:
         """The `%x` of `@f:%x`, without `%`."""
         return str(self.value).partition(":")[2].lstrip("%")
+
+    def is_pattern(self) -> bool:
+        """A `param` selector whose name has `*` or `?`: it names every
+        parameter of the function that matches (`fnmatch`, case-sensitive)."""
+        return self.kind == "param" and any(c in self.param_name() for c in PATTERN_CHARS)
 
 
 @dataclass(frozen=True)
@@ -199,10 +212,64 @@ def resolve(
         if func is None:
             raise PlanConfigError(f"{where}: selector {sel.text()} matches no global function")
         return [func]
-    param = next((p for p in func.params if p.name == sel.param_name()), None) if func else None
-    if param is None:
+    params = matching_params(func, sel) if func is not None else []
+    if not params:
         raise PlanConfigError(f"{where}: selector {sel.text()} matches no parameter")
-    return [param]
+    return list(params)
+
+
+def matching_params(func: Function, sel: Selector) -> list[ast.Var]:
+    """The parameters of `func` a `param` selector names, in order: the one of
+    that name, or every one matching a pattern."""
+    name = sel.param_name()
+    if sel.is_pattern():
+        return [p for p in func.params if fnmatchcase(p.name, name)]
+    return [p for p in func.params if p.name == name][:1]
+
+
+def is_layout_only(name: str) -> bool:
+    """Whether operator `name` only re-lays its input out, in any spelling:
+    Relay's (`transpose`), Relax's (`relax.permute_dims`) or TVMScript's
+    (`R.permute_dims`)."""
+    return name.removeprefix("relax.").removeprefix("R.") in LAYOUT_ONLY_OPS
+
+
+def weight_readers(func: Function, params: Iterable[ast.Var]) -> list[Call]:
+    """The operator calls of `func` that read `params`: each call that takes
+    one as an argument and, through layout-only operators
+    (`is_layout_only`), the first call that computes; the layout-only calls
+    on the way are included. Tuples and `on_device` pass a value through; a
+    `device_copy` ends the walk (what it feeds reads the copy). In node-id
+    order; iterative."""
+    nodes = post_order([func])
+    users: dict[int, list[Expr]] = {}
+    for node in nodes:
+        for child in children(node):
+            users.setdefault(id(child), []).append(node)
+        if isinstance(node, Let):
+            users.setdefault(id(node.value), []).append(node.var)  # the bound name stands for it
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack: list[Expr] = list(params)
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        for user in users.get(id(value), ()):
+            if isinstance(user, (ast.Var, ast.Tuple)):  # a let's name, a tuple field
+                stack.append(user)
+            elif isinstance(user, Call) and isinstance(user.op, Op) and any(a is value for a in user.args):
+                name = user.op.name
+                if name == "on_device":
+                    stack.append(user)
+                elif name == "device_copy":
+                    continue
+                else:
+                    found.add(id(user))
+                    if is_layout_only(name):
+                        stack.append(user)
+    return [n for n in nodes if id(n) in found and isinstance(n, Call)]
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 A pin's selector names input expressions (`solver.selectors.resolve`). A
 global function or one of its parameters becomes a collector pin on the
-planned function (`RequestPin`); any other expression is wrapped in
+planned function (`RequestPin`); a parameter pattern pins every matching
+parameter that way and wraps the operators that read them
+(`selectors.weight_readers`) as below; any other expression is wrapped in
 `on_device(e, d)` with only its body constrained, as an annotation in the
 module would be. Several pins on one expression count for each: identical
 devices plan like one pin, different devices are refused naming both.
@@ -22,7 +24,7 @@ from relay.traverse import rewrite
 from ..collect import RequestPin
 from ..errors import PlanConfigError
 from ..explain.text import short_text
-from ..selectors import Pin, align, input_roots, is_computation, resolve
+from ..selectors import Pin, align, input_roots, is_computation, resolve, weight_readers
 
 Functions = list[tuple[GlobalVar, Function]]
 
@@ -48,17 +50,26 @@ def apply_pins(
     globals_ = {id(f): gv.name for gv, f in module.functions}
     params = {id(p): (gv.name, p.name) for gv, f in module.functions for p in f.params}
     by_name = {gv.name: func for gv, func in functions}
+    input_by_name = {gv.name: func for gv, func in module.functions}
     request: list[RequestPin] = []
     converted: list[RequestPin] = []  # node selectors naming a global or a parameter
     wrap: dict[int, tuple[VirtualDevice, int]] = {}
     mapping: dict[int, Expr] | None = None
     for pin in pins:
         where = f"constraint #{pin.k}"
-        if pin.kind in ("param", "function"):
+        nodes: list[Expr]
+        if pin.selector.is_pattern():
+            # Every matching parameter, and the operators that read them.
+            matched = [p for p in resolve(module, pin.selector, where) if isinstance(p, Var)]
+            request.extend(_named(by_name, pin, where, p.name) for p in matched)
+            nodes = list(weight_readers(input_by_name[pin.selector.function_name()], matched))
+        elif pin.kind in ("param", "function"):
             # Named by text: the planned function of that name (its parameters may be rebuilt).
             request.append(_named(by_name, pin, where))
             continue
-        for node in resolve(module, pin.selector, where):
+        else:
+            nodes = resolve(module, pin.selector, where)
+        for node in nodes:
             if id(node) in globals_:
                 converted.append(RequestPin("function", by_name[globals_[id(node)]], pin.device, pin.k))
             elif id(node) in params:
@@ -140,8 +151,9 @@ def _add_wrap(wrap: dict[int, tuple[VirtualDevice, int]], target: Expr, pin: Pin
         )
 
 
-def _named(by_name: dict[str, Function], pin: Pin, where: str) -> RequestPin:
-    """A `param`/`function` pin on the planned function it names."""
+def _named(by_name: dict[str, Function], pin: Pin, where: str, param_name: str | None = None) -> RequestPin:
+    """A `param`/`function` pin on the planned function it names (`param_name`:
+    the parameter, for a pattern's match)."""
     sel = pin.selector
     func = by_name.get(sel.function_name())
     if pin.kind == "function":
@@ -150,7 +162,8 @@ def _named(by_name: dict[str, Function], pin: Pin, where: str) -> RequestPin:
         return RequestPin("function", func, pin.device, pin.k)
     param: Var | None = None
     if func is not None:
-        param = next((p for p in func.params if p.name == sel.param_name()), None)
+        name = sel.param_name() if param_name is None else param_name
+        param = next((p for p in func.params if p.name == name), None)
     if param is None:
         raise PlanConfigError(f"{where}: selector {sel.text()} matches no parameter")
     return RequestPin("param", param, pin.device, pin.k)
