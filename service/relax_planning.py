@@ -39,10 +39,10 @@ def plan_relax(
     line:column, SolverTimeout, PlanConfigError) and RelaxTranslationError."""
     config = config or solver.PlanConfig()
     translation = translate(mod, source, config.mode)
-    if config.check_types:
-        # Relax types come from TVM (the module was read and type-checked by it);
-        # our Relay type check does not know the Relax names the translation keeps.
-        config = dataclasses.replace(config, check_types=False)
+    # The translation checked the operator names against TVM's Relax registry
+    # and states every node's type from the module's struct info: the solver
+    # skips its Relay checks and reads those types (solver.PlanConfig.language).
+    config = dataclasses.replace(config, language="relax")
     if any(_relax_op_selector(c) for c in config.constraints):
         config = dataclasses.replace(config, constraints=_node_constraints(translation, config.constraints))
     result = solver.plan(translation.module, config)
@@ -53,7 +53,19 @@ def plan_relax(
 
 def _relax_op_selector(constraint: Any) -> bool:
     select = constraint.get("select") if isinstance(constraint, Mapping) else None
-    return isinstance(select, Mapping) and str(select.get("op", "")).startswith("relax.")
+    return isinstance(select, Mapping) and relax_op_name(select.get("op")) is not None
+
+
+def relax_op_name(op: Any) -> str | None:
+    """TVM's name of a Relax operator a selector names, in either spelling:
+    `relax.nn.softmax` or TVMScript's `R.nn.softmax`; None for other names."""
+    if not isinstance(op, str):
+        return None
+    if op.startswith("relax."):
+        return op
+    if op.startswith("R."):
+        return "relax." + op[len("R."):]
+    return None
 
 
 def _node_constraints(translation: Translation, constraints: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
@@ -70,7 +82,7 @@ def _node_constraints(translation: Translation, constraints: Sequence[Mapping[st
             out.append(c)
             continue
         select = c["select"]
-        found = calls.get(str(select["op"]), [])
+        found = calls.get(relax_op_name(select["op"]) or "", [])
         if "index" in select:
             index = select["index"]
             found = found[index : index + 1] if isinstance(index, int) and index >= 0 else []

@@ -42,7 +42,7 @@ def plan(
     config = config or PlanConfig()
     check_config(config)
     # As TVM before planning: operator names, then (unless skipped) types.
-    types = type_check(module, check_types=config.check_types)
+    types = type_check(module, check_types=config.check_types, language=config.language)
     # The request is checked before the clock starts.
     devices = resolve_devices(module, config)
     for i, selector in enumerate(why):

@@ -28,6 +28,8 @@ from .errors import PlanConfigError
 DeviceSpec = str | Mapping[str, Any] | VirtualDevice
 Mode = Literal["tvm", "optimize"]
 MODES: tuple[Mode, ...] = ("tvm", "optimize")
+Language = Literal["relay", "relax"]
+LANGUAGES: tuple[Language, ...] = ("relay", "relax")
 
 # The target a device type gets when a spec names only the type.
 _DEFAULT_TARGET_KIND: dict[int, str] = {
@@ -78,6 +80,13 @@ class PlanConfig:
     cost_table: Mapping[str, Any] | None = None
     # what a symbolic dimension (`?`) counts as in costs and budgets
     assume_dim: int = 1
+    # Issue 28: the language the module was written in. "relax": the bridge's
+    # translation of a Relax module (tvm_bridge/relax_translate.py), whose
+    # operator names TVM's Relax registry checked and whose every node states
+    # its type from TVM's struct info: the Relay name and type checks are
+    # skipped and optimize mode's sizes read the stated types (no Relay
+    # inference). Set by the bridge, not a request option.
+    language: Language = "relay"
     # The clock `timeout_ms` is measured on (seconds, monotonic); tests inject
     # one to expire the deadline deterministically.
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
@@ -138,6 +147,8 @@ def check_config(config: PlanConfig) -> None:
         raise PlanConfigError(f"z3_check must be true or false, got {config.z3_check!r}")
     if not isinstance(config.check_types, bool):
         raise PlanConfigError(f"check_types must be true or false, got {config.check_types!r}")
+    if config.language not in LANGUAGES:
+        raise PlanConfigError(f"language must be 'relay' or 'relax', got {config.language!r}")
     for k, entry in enumerate(config.constraints):
         if not isinstance(entry, Mapping) or "select" not in entry or "device" not in entry:
             raise PlanConfigError(

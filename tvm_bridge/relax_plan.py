@@ -21,6 +21,7 @@ from relay import ast
 from relay.span import ParseError, SourceText, Span
 
 from .relax_translate import Translation, translate
+from .relax_write import CONSTANT_COPY
 
 __all__ = [
     "print_relax",
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 SOURCE_NAME = "<relax>"
 _IMPORT_RE = re.compile(r"^(\s*)((?:from\s+tvm[\w.]*\s+import\b|import\s+tvm\b).*)$", re.MULTILINE)
+# The copies of inline constants `write_back` adds (`const_to_cuda0`, `const_to_cuda02`).
+_CONSTANT_COPY_RE = re.compile(rf"^{CONSTANT_COPY}_to_[a-z]+\d+$")
 _LOCATION_RE = re.compile(r"-->\s*(?P<name>[^:\n]*):(?P<line>\d+):(?P<column>\d+)")
 
 
@@ -154,7 +157,9 @@ def strip_devices(mod: Any) -> Any:
             bindings = []
             for b in block.bindings:
                 value = expr(b.value)
-                if isinstance(value, relax.Var):  # an alias, a hint or a copy: dropped
+                if isinstance(value, relax.Var) or _CONSTANT_COPY_RE.match(str(b.var.name)) and isinstance(
+                    value, tvm.ir.expr.Constant
+                ):  # an alias, a hint, a copy or a constant written back inline: dropped
                     remap[hash(b.var)] = value
                     continue
                 bindings.append(relax.VarBinding(new_var(b.var), value))

@@ -25,6 +25,7 @@ Every Relay node made for a binding carries the binding's TVMScript span
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ def plain(value: Any) -> Any:
         return tuple(plain(v) for v in value.values)
     if isinstance(value, tvm.ir.expr.StringImm):
         return str(value.value)
+    if isinstance(value, relax.Tuple):
+        return tuple(plain(f) for f in value.fields)
     if isinstance(value, (list, tuple)) or _is_array(value):
         return tuple(plain(v) for v in value)
     return str(value)  # a symbolic expression or an object we only name
@@ -269,13 +272,47 @@ def _split(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
     )
 
 
+def _strided_slice(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    axes, begin, end, strides = (c.extra + (None, None, None, None))[:4]
+    return "strided_slice", (("begin", begin), ("end", end), ("strides", strides), ("axes", axes))
+
+
+def _broadcast_to(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    return "broadcast_to", (("shape", c.extra[0] if c.extra else None),)
+
+
+def _full(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    return "full", (("shape", c.extra[0] if c.extra else None), ("dtype", c.attrs.get("dtype")))
+
+
+def _layer_norm(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    axes = c.attrs.get("axes")
+    keep = tuple((k, c.attrs[k]) for k in ("epsilon", "center", "scale") if k in c.attrs)
+    if isinstance(axes, tuple) and len(axes) == 1:
+        return "nn.layer_norm", (("axis", axes[0]), *keep)
+    return "relax.nn.layer_norm", ()
+
+
+def _pad(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    width = c.attrs.get("pad_width")
+    pairs = tuple(zip(width[0::2], width[1::2])) if isinstance(width, tuple) else width
+    return "nn.pad", (("pad_width", pairs), ("pad_mode", c.attrs.get("pad_mode", "constant")))
+
+
 def _batch_norm(c: OpCall) -> tuple[str, tuple[tuple[str, Any], ...]]:
     a = c.attrs
     return "nn.batch_norm", tuple((k, a[k]) for k in ("axis", "epsilon", "center", "scale") if k in a)
 
 
-_BINARY = ["add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or"]
-_UNARY = ["negative", "exp", "log", "sqrt", "rsqrt", "abs", "sigmoid", "tanh", "erf", "logical_not"]
+_BINARY = [
+    "add", "subtract", "multiply", "divide", "floor_divide", "mod", "floor_mod", "power", "maximum", "minimum",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+    "bitwise_and", "bitwise_or", "bitwise_xor",
+]
+_UNARY = [
+    "negative", "exp", "log", "sqrt", "rsqrt", "abs", "sigmoid", "tanh", "erf", "logical_not", "cos", "sin",
+    "floor", "ceil", "round", "sign", "zeros_like", "ones_like",
+]
 
 OP_TABLE: dict[str, Mapper] = {
     **{f"relax.{n}": _same(n) for n in _BINARY + _UNARY},
@@ -300,6 +337,15 @@ OP_TABLE: dict[str, Mapper] = {
     "relax.concat": _concat,
     "relax.split": _split,
     "relax.where": _same("where"),
+    "relax.take": _same("take", "axis", "mode"),
+    "relax.gather_elements": _same("gather", "axis"),
+    "relax.strided_slice": _strided_slice,
+    "relax.broadcast_to": _broadcast_to,
+    "relax.full": _full,
+    "relax.full_like": _same("full_like", "dtype"),
+    "relax.nn.layer_norm": _layer_norm,
+    "relax.nn.pad": _pad,
+    "relax.cumsum": _same("cumsum", "axis", "dtype", "exclusive"),
     "relax.sum": _reduce("sum"),
     "relax.mean": _reduce("mean"),
     "relax.max": _reduce("max"),
@@ -655,6 +701,11 @@ class _Translator:
         return ast.Call(ast.op(name), nodes, span=span, checked_type=self.stated(var.ty))
 
     def operator(self, var: Any, call: Any, name: str, span: Span | None) -> ast.Expr | None:
+        if name not in relax_operators():
+            raise RelaxTranslationError(
+                f"operator `{name}` not found (TVM {tvm.__version__} registers no Relax operator of that name)",
+                span,
+            )
         tensor_args = [a for a in call.args if is_data(getattr(a, "ty", None))]
         extra = tuple(plain(self._bound(a)) for a in call.args if not is_data(getattr(a, "ty", None)))
         arg_types = tuple(a.ty for a in tensor_args)
@@ -692,8 +743,11 @@ class _Translator:
         return e
 
     def _fold_dense(self, call: Any) -> tuple[Any, Any, Any] | None:
-        """`matmul(x, permute_dims(w))` of 2-D tensors, the transpose used
-        only here and not pinned: Relay's `nn.dense(x, w)`."""
+        """`matmul(x, permute_dims(w))` of a 2-D `w` and an `x` of rank 2 or
+        more (a linear layer of a torch export: `(..., K) x (K, N)`), the
+        transpose used only here and not pinned: Relay's `nn.dense(x, w)`,
+        one kernel; the transpose is then neither a kernel nor a second copy
+        of the weight."""
         if len(call.args) != 2:
             return None
         x, t = call.args
@@ -707,9 +761,17 @@ class _Translator:
             return None
         w = value.args[0]
         axes = attrs_of(value.attrs).get("axes")
-        if _rank(w.ty) != 2 or _rank(x.ty) != 2 or axes not in (None, (1, 0)):
+        rank = _rank(x.ty)
+        if _rank(w.ty) != 2 or rank is None or rank < 2 or axes not in (None, (1, 0)):
             return None
         return x, w, t
+
+
+@functools.cache
+def relax_operators() -> frozenset[str]:
+    """The operator names the installed TVM registers for Relax (`relax.*`):
+    what a Relax module may call (issue 28; Relay 0.19's list is for Relay)."""
+    return frozenset(str(n) for n in tvm.ir.Op.list_op_names() if str(n).startswith("relax."))
 
 
 def _rank(ty: Any) -> int | None:

@@ -147,6 +147,9 @@ class _Writer:
         self.remap: dict[int, Any] = {}
         self.dev: dict[int, VirtualDevice | None] = {}
         self.copies = 0
+        # Bindings of operators whose result TVM types without a vdevice
+        # (`DROPS_VDEVICE`): written so, their users read a copy.
+        self.off_device: set[int] = set()
         self.copied: dict[int, dict[tuple[int, VirtualDevice], Any]] = {}  # per block: copies made
         self.names: set[str] = set()
         self.result: VirtualDevice | None = None  # the current function's result device
@@ -228,12 +231,16 @@ class _Writer:
 
     # ---- operands
 
-    def copy(self, value: Any, vd: VirtualDevice, out: list[Any], dataflow: bool) -> Any:
+    def copy(self, value: Any, vd: VirtualDevice, out: list[Any], dataflow: bool, counted: bool = True) -> Any:
+        """A binding `<value>_to_<device> = R.to_vdevice(value, vd)` in `out`
+        (one per block, value and device). `counted`: a copy the plan made
+        (not one TVM's typing needs: an inline constant's, or that of a
+        result TVM infers off the device)."""
         cache = self.copied.setdefault(id(out), {})
         found = cache.get((_key(value), vd))
         if found is not None:
             return found
-        base = _NAME_RE.sub("_", getattr(value, "name", "value"))
+        base = CONSTANT_COPY if _is_tensor_constant(value) else _NAME_RE.sub("_", getattr(value, "name", "value"))
         kind = DEVICE_TYPE_NAMES.get(vd.device_type or 0, "dev")
         name = f"{base}_to_{kind}{vd.virtual_device_id or 0}"
         n, candidate = 1, name
@@ -246,7 +253,8 @@ class _Writer:
         var = relax.DataflowVar(candidate, ty) if dataflow else relax.Var(candidate, ty)
         out.append(relax.VarBinding(var, call))
         self.dev[_key(var)] = vd
-        self.copies += 1
+        if counted:
+            self.copies += 1
         cache[(_key(value), vd)] = var
         return var
 
@@ -268,6 +276,8 @@ class _Writer:
             have = self.device_of(e)
             if expected is not None and have is not None and have != expected and is_data(e.ty):
                 return self.copy(new, expected, out, dataflow)
+            if expected is not None and _key(e) in self.off_device:
+                return self.copy(new, expected, out, dataflow, counted=False)
             return new
         if isinstance(e, relax.Tuple):
             node = self._kid(parent, position)
@@ -368,6 +378,15 @@ class _Writer:
         elif real is not None and kind in ("op", "call", "tuple", "item"):
             device = self.p.device.get(id(real))
             new_value = self.operands(value, real, out, dataflow)
+            if kind == "op" and device is not None:
+                new_value = self.constants_placed(new_value, device, out, dataflow)
+                if isinstance(value.op, tvm.ir.Op) and str(value.op.name) in DROPS_VDEVICE:
+                    # Typed as TVM types it (no vdevice), so that the output stays
+                    # a fixed point of RealizeVDevice; each user reads a copy on
+                    # its device. (The bridge's build runs the kernel on its
+                    # input's device.)
+                    self.off_device.add(_key(var))
+                    device = None
         else:
             new_value = self.rebuild(value, out, dataflow)
         new_var = self.new_var(var, None, device, new_value)
@@ -435,6 +454,23 @@ class _Writer:
             return relax.TupleGetItem(inner, value.index)
         return value
 
+    def constants_placed(self, call: Any, device: VirtualDevice, out: list[Any], dataflow: bool) -> Any:
+        """`call` with its inline constants copied to `device` when TVM would
+        type part of its result from them: torch exports write batch_norm's
+        running statistics inline, and TVM gives the mean and variance fields
+        the constants' device, which is none, so `RealizeVDevice` would retype
+        the binding off the device. Each such constant becomes a binding
+        `const_to_<device> = R.to_vdevice(constant, d)` before the call (a
+        constant stating its vdevice does not read back from TVMScript)."""
+        if not isinstance(call, relax.Call) or not any(_is_tensor_constant(a) for a in call.args):
+            return call
+        if all(v is not None for v in _vdevices(_normalized(call).ty)):
+            return call
+        args = [
+            self.copy(a, device, out, dataflow, counted=False) if _is_tensor_constant(a) else a for a in call.args
+        ]
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+
     def rebuild(self, value: Any, out: list[Any], dataflow: bool, device: VirtualDevice | None = None) -> Any:
         """A value the plan does not place (shapes, prim values, dead code): its
         variables renamed, and with `device` its data operands copied there."""
@@ -490,6 +526,29 @@ def _operand_vars(value: Any) -> list[Any]:
         return _operand_vars(value.tuple_value)
     if isinstance(value, relax.If):
         return _operand_vars(value.cond)
+    return []
+
+
+DROPS_VDEVICE = frozenset({"relax.nn.pad"})
+"""Operators whose result TVM 0.27 types without a vdevice whatever their
+inputs' (`InferStructInfoPad` builds the result type from shape and dtype
+only). `RealizeVDevice` re-infers every binding, so such a result cannot
+state a device in a fixed point. tests/relax/ checks the list against TVM."""
+
+CONSTANT_COPY = "const"
+"""The name `write_back` gives a constant it copies (`const_to_cuda0`)."""
+
+
+def _is_tensor_constant(e: Any) -> bool:
+    return isinstance(e, tvm.ir.expr.Constant) and type(e.ty) is relax.TensorType
+
+
+def _vdevices(ty: Any) -> list[Any]:
+    """The vdevice of every tensor in a type (None where a tensor has none)."""
+    if isinstance(ty, relax.TensorType):
+        return [ty.vdevice]
+    if isinstance(ty, relax.TupleType):
+        return [v for f in ty.fields for v in _vdevices(f)]
     return []
 
 

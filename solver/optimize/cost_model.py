@@ -422,8 +422,8 @@ def _movement(f: FlopInputs) -> int | None:
     return 0
 
 
-_REDUCTIONS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "variance")
-# Data movement only: no arithmetic, bytes in and out.
+_REDUCTIONS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "variance", "cumsum", "cumprod")
+# Data movement only: no arithmetic, bytes in and out (some read less: `BYTE_RULES`).
 _MOVEMENT = (
     "reshape",
     "reshape_like",
@@ -446,8 +446,73 @@ _MOVEMENT = (
     "full_like",
     "shape_of",
     "nn.dropout",
+    "broadcast_to",
+    "nn.pad",
+    "tile",
+    "repeat",
+    "gather",
+    "gather_nd",
+    "scatter_elements",
+    # Relax operators without a Relay counterpart (tvm_bridge/relax_translate.py keeps their names)
+    "relax.index_tensor",
+    "relax.slice_scatter",
+    "relax.arange",
 )
-_TRANSCENDENTAL = ("exp", "sigmoid", "tanh", "log", "sqrt", "rsqrt", "erf", "nn.gelu")
+_TRANSCENDENTAL = (
+    "exp",
+    "sigmoid",
+    "tanh",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "erf",
+    "cos",
+    "sin",
+    "power",
+    "nn.gelu",
+    "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.nn.silu",
+)
+# One FLOP per output element. Any operator without a formula is costed so too;
+# these are listed so that every operator of the Relax corpus has its formula
+# on record (tests/relax/test_relax_costs.py).
+_ELEMENTWISE_OPS = (
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "floor_divide",
+    "mod",
+    "floor_mod",
+    "maximum",
+    "minimum",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "negative",
+    "abs",
+    "floor",
+    "ceil",
+    "round",
+    "sign",
+    "clip",
+    "where",
+    "nn.relu",
+    "nn.leaky_relu",
+    "nn.bias_add",
+)
+# Normalisations: mean, variance, normalise, scale and shift per element.
+_NORMS = ("nn.layer_norm", "nn.group_norm", "nn.instance_norm", "relax.nn.layer_norm")
 _POOLS = tuple(f"nn.{kind}_pool{n}d" for kind in ("max", "avg") for n in (1, 2, 3))
 
 # Operator name -> FLOPs formula. An operator not listed (and not matched by
@@ -461,6 +526,8 @@ FLOP_RULES: dict[str, FlopRule] = {
     "nn.dense": _dense,
     "nn.matmul": _dense,
     "nn.batch_matmul": _batch_matmul,
+    # numpy's matmul: any ranks, batch dimensions broadcast; K is x's last axis
+    "relax.matmul": _dense,
     **{name: _pool for name in _POOLS},
     **{name: _per_input(1) for name in _REDUCTIONS},
     "nn.batch_norm": _per_input(4),
@@ -468,6 +535,9 @@ FLOP_RULES: dict[str, FlopRule] = {
     "nn.log_softmax": _per_input(5),
     **{name: _movement for name in _MOVEMENT},
     **{name: _per_output(4) for name in _TRANSCENDENTAL},
+    **{name: _per_output(1) for name in _ELEMENTWISE_OPS},
+    **{name: _per_input(8) for name in _NORMS},
+    "relax.nn.rms_norm": _per_input(4),
 }
 # Families by name prefix (global and adaptive pools read their whole input once).
 FLOP_PREFIX_RULES: tuple[tuple[str, FlopRule], ...] = (
@@ -475,6 +545,12 @@ FLOP_PREFIX_RULES: tuple[tuple[str, FlopRule], ...] = (
     ("nn.adaptive_", _per_input(1)),
 )
 _ELEMENTWISE = _per_output(1)
+
+
+def has_flop_rule(name: str) -> bool:
+    """Whether operator `name` has a FLOPs formula of its own (listed, or by
+    prefix), rather than the default of one FLOP per output element."""
+    return name in FLOP_RULES or any(name.startswith(prefix) for prefix, _ in FLOP_PREFIX_RULES)
 
 
 def flop_rule(name: str) -> FlopRule:
@@ -497,6 +573,42 @@ def op_flops(
 
 
 # ---------------------------------------------------------------------------
+# Bytes per operator
+
+ByteRule = Callable[[Sequence[int], int], int]
+"""Bytes one kernel moves from its arguments' and its result's bytes."""
+
+
+def _rows_read(args: Sequence[int], out: int) -> int:
+    """A gather reads the rows it returns, not the whole table (its first
+    argument), plus its indices, and writes its result."""
+    return 2 * out + sum(args[1:])
+
+
+def _view(args: Sequence[int], out: int) -> int:
+    """A reshape moves nothing: TVM 0.27's build (`RewriteDataflowReshape`,
+    in the default pipeline and the bridge's) makes it a view of its input."""
+    return 0
+
+
+def _all_bytes(args: Sequence[int], out: int) -> int:
+    return out + sum(args)
+
+
+# Operators that read or write other than all their inputs and their output
+# (docs/optimize.md section 5); any other kernel moves `out + sum(args)`.
+BYTE_RULES: dict[str, ByteRule] = {
+    **{name: _rows_read for name in ("take", "gather", "gather_nd", "relax.index_tensor", "strided_slice")},
+    **{name: _view for name in ("reshape", "expand_dims", "squeeze", "nn.batch_flatten", "reshape_like")},
+}
+
+
+def op_bytes(name: str, args: Sequence[int], out: int) -> int:
+    """Bytes one operator call moves, from its arguments' and result's bytes."""
+    return BYTE_RULES.get(name, _all_bytes)(args, out)
+
+
+# ---------------------------------------------------------------------------
 # Operator classes
 
 _CONVOLUTIONS = frozenset(
@@ -509,9 +621,9 @@ _CONVOLUTIONS = frozenset(
         "nn.conv3d_transpose",
     )
 )
-_MATMULS = frozenset(("nn.dense", "nn.matmul", "nn.batch_matmul"))
+_MATMULS = frozenset(("nn.dense", "nn.matmul", "nn.batch_matmul", "relax.matmul"))
 _CLASS_REDUCTIONS = frozenset(
-    (*_REDUCTIONS, "std", "logsumexp", "all", "any", "nn.softmax", "nn.log_softmax")
+    (*_REDUCTIONS, *_NORMS, "relax.nn.rms_norm", "std", "logsumexp", "all", "any", "nn.softmax", "nn.log_softmax")
 )
 _CLASS_POOLS = frozenset(_POOLS)
 _CLASS_MOVEMENT = frozenset(_MOVEMENT)

@@ -34,6 +34,7 @@ from .cost_model import (
     cost_key,
     device_profile,
     link_profile,
+    op_bytes,
     op_part,
     work_ns,
 )
@@ -266,10 +267,24 @@ def kernel_ops(call: Call) -> list[Call]:
     ]
 
 
+# Operators whose arithmetic the model cannot know: a translated Relax
+# module's `call_tir`, `call_dps_packed`, packed calls and calls of PrimFuncs
+# (tvm_bridge/relax_translate.py names them `relax.call...`).
+OPAQUE_PREFIX = "relax.call"
+
+
 def _operator_part(call: Call, sizes: Sizes, assume_dim: int) -> KernelPart:
     name = call.op.name  # type: ignore[attr-defined]
     arg_types = [sizes.type(a) for a in call.args]
     out_type = sizes.type(call)
+    if name.startswith(OPAQUE_PREFIX):
+        sizes.estimates.append(
+            Estimate(
+                "no flops formula",
+                f"{name}: an opaque kernel, costed as elementwise over its largest tensor",
+                call.span,
+            )
+        )
     # FLOPs without a formula's inputs: one per element of the largest known tensor.
     itemsize = dtype_bytes(out_type.dtype) if isinstance(out_type, TensorType) else 4
     unknown = max(sizes.of(call), max((sizes.of(a) for a in call.args), default=0)) // itemsize
@@ -277,13 +292,17 @@ def _operator_part(call: Call, sizes: Sizes, assume_dim: int) -> KernelPart:
 
 
 def kernel_work(call: Call, sizes: Sizes, assume_dim: int) -> KernelWork:
-    """What one kernel does: an operator call's arithmetic, or a fused
-    function's body operators together (one kernel), with the bytes of the
-    call's own arguments and result."""
-    moved = sizes.of(call) + sum(sizes.of(a) for a in call.args)
+    """What one kernel does: an operator call's arithmetic and the bytes it
+    moves (`op_bytes`: its arguments and result, less for a gather or a
+    view), or a fused function's body operators together (one kernel), with
+    the bytes of the call's own arguments and result."""
+    args = [sizes.of(a) for a in call.args]
     fn = primitive_function(call)
     if fn is None:
+        name = call.op.name if isinstance(call.op, Op) else ""
+        moved = op_bytes(name, args, sizes.of(call))
         return KernelWork((_operator_part(call, sizes, assume_dim),), moved)
+    moved = sizes.of(call) + sum(args)
     return KernelWork(tuple(_operator_part(n, sizes, assume_dim) for n in kernel_ops(call)), moved)
 
 

@@ -98,7 +98,7 @@ def optimize(
     def cut_collector(fr: Front) -> CutCollector:
         # Types of the prepared functions decide which operator edges are cuttable.
         typed = dataclasses.replace(module, functions=tuple(fr.functions), expr=None)
-        type_of, notes = module_types(typed)
+        type_of, notes = module_types(typed, stated=config.language == "relax")
         sizes = Sizes(type_of, config.assume_dim)
         sizes.estimates.extend(notes)
         sizes.run([f for _, f in fr.functions if is_optimizable(f)])
@@ -322,7 +322,7 @@ def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[i
     # Costs over the TVM collector's classes: operator edges are all hard there,
     # so copies are exactly the module's device_copy calls.
     typed = dataclasses.replace(planned, functions=tuple(tvm_collector.functions), expr=None)
-    type_of, _ = module_types(typed)
+    type_of, _ = module_types(typed, stated=config.language == "relax")
     sizes = Sizes(type_of, config.assume_dim)
     sizes.run([f for _, f in tvm_collector.functions if is_optimizable(f)])
     cut = as_cut(tvm_collector)

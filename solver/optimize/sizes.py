@@ -120,29 +120,39 @@ def static_type_bytes(ty: Type | None) -> int | None:
     return None if guessed else nbytes
 
 
-def module_types(module: Module) -> tuple[TypeOf, list[Estimate]]:
+def stated_type(expr: Expr) -> Type | None:
+    """The type a node states: a variable's annotation, a constant's data, a
+    call's `checked_type` (None when it states none)."""
+    if isinstance(expr, Var):
+        return expr.type_annotation
+    if isinstance(expr, Constant) and expr.data is not None:
+        return TensorType(tuple(expr.data.shape), expr.data.dtype)
+    return expr.checked_type
+
+
+def module_types(module: Module, *, stated: bool = False) -> tuple[TypeOf, list[Estimate]]:
     """The type of each expression from `relay.infer_types`; where inference
     rejects the module (a type error), what the module states (parameter
     annotations, constant data, checked types), with a note saying so.
-    Unknown types come back as None."""
+    Unknown types come back as None.
 
-    def stated(expr: Expr) -> Type | None:
-        if isinstance(expr, Var):
-            return expr.type_annotation
-        if isinstance(expr, Constant) and expr.data is not None:
-            return TensorType(tuple(expr.data.shape), expr.data.dtype)
-        return expr.checked_type
+    `stated`: the module states every node's type (a Relax module translated
+    by the bridge carries TVM's struct info): those are the types, and Relay
+    inference, which knows neither Relax's operators nor its broadcasting of
+    `matmul`, does not run."""
+    if stated:
+        return stated_type, []
 
     try:
         types = relay.infer_types(module, check_annotations=False)
     except RelayError as err:
-        return stated, [Estimate("unknown type", f"type inference failed: {err}", err.span)]
+        return stated_type, [Estimate("unknown type", f"type inference failed: {err}", err.span)]
 
     def inferred(expr: Expr) -> Type | None:
         try:
             ty = types.of(expr)
         except KeyError:  # a node made after inference (normalisation, copies)
-            return stated(expr)
+            return stated_type(expr)
         return None if ty is relay.UNKNOWN else ty
 
     return inferred, []

@@ -10,8 +10,11 @@ error a `relay.TypeInferenceError` with its span and both types (400
 relation is not an error: its result type is unknown, and the report lists
 it (`unchecked_ops`) so a client knows what went unchecked.
 
-The operator-name check is always on (it is a parse error in TVM); the type
-check can be skipped (`check_types=False`).
+The operator-name check is always on for Relay (it is a parse error in TVM);
+the type check can be skipped (`check_types=False`). A module translated from
+Relax (`language="relax"`, issue 28) skips both: its operators keep their
+Relax names, which the bridge checked against the installed TVM's Relax
+registry, and TVM type-checked it when it read it.
 """
 
 from __future__ import annotations
@@ -58,12 +61,16 @@ def check_operator_names(module: ast.Module) -> None:
                 )
 
 
-def type_check(module: ast.Module, *, check_types: bool = True) -> TypeReport:
-    """Check operator names and (unless `check_types` is False) types.
+def type_check(module: ast.Module, *, check_types: bool = True, language: str = "relay") -> TypeReport:
+    """Check operator names and (unless `check_types` is False) types of a
+    Relay module; a translated Relax module (`language="relax"`) is not
+    checked here (see the module docstring).
 
     Raises `relay.ParseError` for an unknown operator name and
     `relay.TypeInferenceError` for an ill-typed module.
     """
+    if language == "relax":
+        return TypeReport(checked=False)
     check_operator_names(module)
     if not check_types:
         return TypeReport(checked=False)
