@@ -20,7 +20,7 @@ from tvm import relax
 from relay import ast
 from relay.span import ParseError, SourceText, Span
 
-from .relax_translate import Translation, translate
+from .relax_translate import Translation, real_node, translate
 from .relax_write import CONSTANT_COPY
 
 __all__ = [
@@ -94,12 +94,7 @@ def relax_op_calls(translation: Translation) -> dict[str, list[ast.Expr]]:
         value = b.value
         if b.node is None or not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
             continue
-        real = b.node
-        while isinstance(real, ast.Call) and isinstance(real.op, ast.Op) and real.op.name in (
-            ast.ON_DEVICE, ast.DEVICE_COPY
-        ):
-            real = real.args[0]
-        calls.setdefault(str(value.op.name), []).append(real)
+        calls.setdefault(str(value.op.name), []).append(real_node(b.node))
     return calls
 
 

@@ -413,6 +413,44 @@ class Translation:
         return b.node if b is not None else None
 
 
+def real_node(node: ast.Expr) -> ast.Expr:
+    """`node` without the `on_device` / `device_copy` wrappers around it (the
+    pins the translation wrapped, the copies the planner added)."""
+    while isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name in (
+        ast.ON_DEVICE,
+        ast.DEVICE_COPY,
+    ):
+        node = node.args[0]
+    return node
+
+
+@dataclass(frozen=True)
+class BindingName:
+    """How a report names a translated node: its Relax binding."""
+
+    function: str  # "main"
+    var: str  # the binding's variable, "lv41"
+    op: str | None  # TVMScript's spelling of its operator, "R.matmul" (None: not an operator call)
+    span: Span | None  # the binding's line:column in the TVMScript (None for JSON input)
+
+
+def binding_names(translation: Translation) -> dict[int, BindingName]:
+    """id(translated node, wrappers looked through) -> its binding, for every
+    binding that made a node (an alias names the node of the first binding
+    that made it). Placement records name Relax nodes with this."""
+    out: dict[int, BindingName] = {}
+    for b in translation.bindings.values():
+        if b.node is None:
+            continue
+        value = b.value
+        op = None
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            name = str(value.op.name)
+            op = "R." + name[len("relax."):] if name.startswith("relax.") else name
+        out.setdefault(id(real_node(b.node)), BindingName(b.function, str(b.var.name), op, b.span))
+    return out
+
+
 def _key(var: Any) -> int:
     """A stable identity for a Relax variable (Python wrappers are not unique)."""
     return hash(var)  # the address of the underlying node: equal for every wrapper of one var

@@ -28,7 +28,7 @@ from tvm import relax
 from relay import ast
 from relay.device import DEVICE_TYPE_NAMES, VirtualDevice
 
-from .relax_translate import Translation, _key, is_data
+from .relax_translate import Translation, _key, is_data, real_node
 from .targets import target_dict
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,6 @@ def _is_wrapper(node: ast.Expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name in _WRAPPERS
 
 
-def _strip(node: ast.Expr) -> ast.Expr:
-    while _is_wrapper(node):
-        assert isinstance(node, ast.Call)
-        node = node.args[0]
-    return node
 
 
 def _kids(node: ast.Expr) -> tuple[ast.Expr, ...]:
@@ -100,7 +95,7 @@ def read_placement(translation: Translation, planned: ast.Module) -> Placement:
         assert isinstance(func.virtual_device, VirtualDevice)
         result = out.results[name] = func.virtual_device
         p_body, _, ctx = _descend(func.body, result)
-        stack: list[tuple[ast.Expr, ast.Expr, VirtualDevice]] = [(_strip(original.body), p_body, ctx)]
+        stack: list[tuple[ast.Expr, ast.Expr, VirtualDevice]] = [(real_node(original.body), p_body, ctx)]
         while stack:
             o, p, dev = stack.pop()
             if id(o) in out.device:
@@ -114,7 +109,7 @@ def read_placement(translation: Translation, planned: ast.Module) -> Placement:
             for i, (ok, pk) in enumerate(zip(o_kids, p_kids)):
                 pk_real, expected, kid_dev = _descend(pk, dev)
                 out.expected[(id(o), i)] = expected
-                stack.append((_strip(ok), pk_real, kid_dev))
+                stack.append((real_node(ok), pk_real, kid_dev))
     return out
 
 
@@ -296,11 +291,11 @@ class _Writer:
         if parent is None:
             return None
         if isinstance(parent, ast.Function):
-            return _strip(parent.body)
+            return real_node(parent.body)
         if position is None:
             return None
         kids = _kids(parent)
-        return _strip(kids[position]) if position < len(kids) else None
+        return real_node(kids[position]) if position < len(kids) else None
 
     # ---- bindings
 
@@ -308,7 +303,7 @@ class _Writer:
         var, value = b.var, b.value
         info = self.t.bindings.get(_key(var))
         node = info.node if info is not None else None
-        real = _strip(node) if node is not None else None
+        real = real_node(node) if node is not None else None
         kind = info.kind if info is not None else "other"
         self.names.add(str(var.name))
         folded_into = self.t.folded.get(_key(var))
@@ -335,7 +330,7 @@ class _Writer:
                     relax.op.to_vdevice(value, self.relax_vdevice(device)), self.typed(value.ty, device)
                 )
         elif folded_into is not None:
-            dense = _strip(self.t.bindings[folded_into].node)  # type: ignore[arg-type]
+            dense = real_node(self.t.bindings[folded_into].node)  # type: ignore[arg-type]
             device = self.p.device.get(id(dense))
             expected = self.p.expected.get((id(dense), 1))
             arg = self.leaf(value.args[0], out, dataflow, expected, None, None)

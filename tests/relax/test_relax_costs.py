@@ -248,3 +248,19 @@ def test_convnext_tvm_mode_prediction_is_near_the_optimized_one() -> None:
     cost = plan_relax(mod, config, source).result.cost
     assert cost is not None and cost.tvm_mode_predicted_ms is not None
     assert cost.tvm_mode_predicted_ms <= 2 * cost.predicted_ms
+
+
+def test_binding_names_name_each_translated_node() -> None:
+    """What placement records need (issue 29): the binding, TVMScript's operator
+    spelling and the line of each translated node."""
+    from tvm_bridge.relax_translate import binding_names
+
+    mod, source = read_relax(GATHER)
+    translation = translate(mod, source, "optimize")
+    names = binding_names(translation)
+    body = translation.module["main"].body
+    relu = names[id(body)]
+    assert (relu.function, relu.var, relu.op) == ("main", "out", "R.nn.relu")
+    assert relu.span is not None and relu.span.line == 8
+    take = names[id(body.args[0])]
+    assert (take.var, take.op, take.span.line if take.span else None) == ("rows", "R.take", 7)
