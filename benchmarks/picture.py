@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import relay
 import solver
 from service.picture import build_picture, render_svg
+from service.planning import RelaySource, plan_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from relay_io import CORPUS, best_time, print_table  # sibling script helpers
@@ -37,10 +38,10 @@ def main() -> None:
         if not path.exists():
             continue
         module = relay.parse_text(path.read_text(), name=path.name)
-        result = solver.plan(module, CONFIG, record_constraints=True)
-        pic = build_picture(module, result)
-        plan_s = best_time(lambda m=module: solver.plan(m, CONFIG, record_constraints=True), args.repeat)
-        build_s = best_time(lambda m=module, r=result: build_picture(m, r), args.repeat)
+        record = plan_record(RelaySource(module), CONFIG)
+        pic = build_picture(record)
+        plan_s = best_time(lambda m=module: plan_record(RelaySource(m), CONFIG), args.repeat)
+        build_s = best_time(lambda r=record: build_picture(r), args.repeat)
         render_s = best_time(lambda d=pic.dot: render_svg(d), args.repeat)
         total = build_s + render_s
         target = TARGET_S.get(name)

@@ -5,6 +5,10 @@ component once), so the report grows about linearly with the module; before
 stop 24 every answer walked its whole component again (densenet121 in TVM
 mode: 2.8 s, now about 0.6 s on the 2-core machine).
 
+Since issue 29 every plan builds its placement record (the copies, pins and
+placements every view reads), without `decided_by`: the "record ms" column
+is what each /plan pays, against "plan ms" for the planner alone.
+
     python benchmarks/report.py [--repeat N]
 """
 
@@ -18,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import relay
 import solver
-from service.report import plan_with_placements
+from service.planning import RelaySource, plan_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from relay_io import CORPUS, best_time, print_table  # sibling script helpers
@@ -36,12 +40,23 @@ def main() -> None:
         module = relay.parse_text((CORPUS / f"{name}.relay").read_text())
         for mode in MODES:
             config = solver.PlanConfig(virtual_devices=("cpu", "cuda"), mode=mode)
-            placements = len(plan_with_placements(module, config)[1].placements)
+            source = RelaySource(module)
+            placements = len(plan_record(source, config).placements)
             plan_s = best_time(lambda m=module, c=config: solver.plan(m, c), args.repeat)
-            report_s = best_time(lambda m=module, c=config: plan_with_placements(m, c), args.repeat)
-            rows.append([name, mode, str(placements), f"{plan_s * 1000:.0f}", f"{report_s * 1000:.0f}"])
+            record_s = best_time(lambda s=source, c=config: plan_record(s, c), args.repeat)
+            report_s = best_time(lambda s=source, c=config: plan_record(s, c, reasons=True), args.repeat)
+            rows.append(
+                [
+                    name,
+                    mode,
+                    str(placements),
+                    f"{plan_s * 1000:.0f}",
+                    f"{record_s * 1000:.0f}",
+                    f"{report_s * 1000:.0f}",
+                ]
+            )
             sys.stderr.write(f"{name} {mode}: {report_s:.2f} s\n")
-    print_table(["model", "mode", "placements", "plan ms", "report ms"], rows)
+    print_table(["model", "mode", "placements", "plan ms", "record ms", "report ms"], rows)
 
 
 if __name__ == "__main__":

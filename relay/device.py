@@ -281,7 +281,7 @@ def device_name(vd: VirtualDevice) -> str:
         if target.kind != expected_kind or _named_attrs(target) != _standard_attrs(target.kind):
             words = (w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple=")
             extras.append("target " + " ".join(words))
-    if vd.memory_scope is not None:
+    if vd.memory_scope:  # "" is the default scope (Relax's "global"): nothing to name
         extras.append(f"scope {vd.memory_scope}")
     return name + (f" ({', '.join(extras)})" if extras else "")
 

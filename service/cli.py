@@ -573,7 +573,7 @@ def cmd_diff(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     try:
         rules = diff.parse_rules(args.fail_on)
     except diff.RuleError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(f"--fail-on: {err}") from None
     try:
         before = _side_report(args.before, args, clock)
         after = _side_report(args.after, args, clock)

@@ -42,9 +42,11 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import relay
+from service.record import copy_ends, placement_label
 from service.units import bytes_text
 
-DIFF_VERSION = 1
+DIFF_VERSION = 2
+"""2 (issue 29): a copy's `from`/`to` are node ids, as in reports (1 had display strings, now `ends`)."""
 EXIT_RULE_HIT = 6
 """`devplan diff` exits 6 when a --fail-on rule is hit (5 is pytest's "no tests" for .ci/run)."""
 
@@ -52,7 +54,13 @@ FORMATS = ("text", "json", "markdown", "junit")
 
 
 class RuleError(ValueError):
-    """A --fail-on rule that is not one of the known forms (a usage error)."""
+    """A fail-on rule that is not one of the known forms (a usage error). The
+    message names no flag or field: the CLI says `--fail-on`, HTTP `fail_on[i]`
+    (`index`: the position of the value holding it)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +199,7 @@ def _ref(p: Placement) -> dict[str, Any]:
         "node": p["node"],
         "kind": p["kind"],
         "name": p["name"],
+        "binding": p.get("binding"),
         "function": p["function"],
         "line": p.get("line"),
         "column": p.get("column"),
@@ -209,17 +218,17 @@ def _copy_key(c: Mapping[str, Any], to_before: Mapping[int, int] | None) -> tupl
 
 
 def _copy_ref(c: Mapping[str, Any], by_node: Mapping[int, Placement]) -> dict[str, Any]:
-    def names(nodes: Iterable[int]) -> list[str]:
-        return [f"{by_node[n]['name']} #{n}" for n in nodes if n in by_node]
-
+    """A copy as its report has it (node ids of its side), with `ends` naming them."""
     return {
         "src": c["src"],
         "dst": c["dst"],
         "bytes": c.get("bytes"),
         "line": c.get("line"),
         "column": c.get("column"),
-        "from": names(c["from"]),
-        "to": names(c["to"]) or ([f"result of {c['into_result']}"] if c.get("into_result") else []),
+        "from": list(c["from"]),
+        "to": list(c["to"]),
+        "into_result": c.get("into_result"),
+        "ends": copy_ends(c, by_node),
     }
 
 
@@ -315,9 +324,9 @@ _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%?\s*$")
 
 
 def parse_rules(texts: Iterable[str]) -> list[Rule]:
-    """Rules from --fail-on values (each may be a comma-separated list); raises RuleError."""
+    """Rules from fail-on values (each may be a comma-separated list); raises RuleError."""
     out: list[Rule] = []
-    for text in texts:
+    for index, text in enumerate(texts):
         for item in (t.strip() for t in text.split(",")):
             if not item:
                 continue
@@ -332,8 +341,9 @@ def parse_rules(texts: Iterable[str]) -> list[Rule]:
                 out.append(Rule(item, head, percent=float(found.group(1))))
             else:
                 raise RuleError(
-                    f"--fail-on: unknown rule {item!r} (copies-added, moved-to:DEVICE, "
-                    "predicted-regression:PERCENT%, any-change)"
+                    f"unknown rule {item!r} (copies-added, moved-to:DEVICE, "
+                    "predicted-regression:PERCENT%, any-change)",
+                    index,
                 )
     return out
 
@@ -389,7 +399,7 @@ def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResu
 
 def _node_text(ref: Mapping[str, Any]) -> str:
     where = f" at {ref['line']}:{ref['column']}" if ref.get("line") is not None else ""
-    return f"{ref['name']} #{ref['node']}{where} ({ref['function']})"
+    return f"{placement_label(ref)}{where} ({ref['function']})"
 
 
 def _ms(v: float | None) -> str:
@@ -398,9 +408,7 @@ def _ms(v: float | None) -> str:
 
 def _copy_text(c: Mapping[str, Any]) -> str:
     where = f" at {c['line']}:{c['column']}" if c.get("line") is not None else ""
-    src = ", ".join(c["from"]) or "?"
-    dst = ", ".join(c["to"]) or "?"
-    return f"{c['src']} -> {c['dst']} {bytes_text(c.get('bytes'))}{where}: {src} -> {dst}"
+    return f"{c['src']} -> {c['dst']} {bytes_text(c.get('bytes'))}{where}: {c['ends']}"
 
 
 def _prediction_line(diff: Mapping[str, Any]) -> str:
@@ -482,8 +490,9 @@ def render_markdown(diff: Mapping[str, Any], results: Sequence[RuleResult] = ())
     if copies:
         lines += ["", "| copy | devices | bytes | from -> to |", "| --- | --- | --- | --- |"]
         for what, c in copies:
-            ends = f"{', '.join(c['from']) or '?'} -> {', '.join(c['to']) or '?'}"
-            lines.append(f"| {what} | {c['src']} -> {c['dst']} | {bytes_text(c.get('bytes'))} | {_md(ends)} |")
+            lines.append(
+                f"| {what} | {c['src']} -> {c['dst']} | {bytes_text(c.get('bytes'))} | {_md(c['ends'])} |"
+            )
     return "\n".join(lines) + "\n"
 
 

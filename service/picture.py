@@ -31,15 +31,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import relay
 import solver
 from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
-from service.report import operator_times, value_bytes
+from service.record import CopyEntry, PlacementRecord
+from service.report import operator_times
 from service.units import bytes_text
-from solver import input_roots, node_ids, planned_roots, wrapper_op
-from solver import resolve as select
+from solver import input_roots, node_ids, wrapper_op
 
 MAX_NODES = 60
 """Operators shown one by one; above it, single-device runs collapse (issue 22: was 250)."""
@@ -74,24 +73,6 @@ def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Copies: where the planned module wraps an input expression in device_copy
-
-
-def copy_sites(inputs: Sequence[Expr], outputs: Sequence[Expr]) -> list[tuple[Expr | None, Expr]]:
-    """(input parent, input child) for every device_copy of the planned module:
-    the copy sits between that child and that parent."""
-    return [(parent, child) for parent, child, _ in copy_sites_with_calls(inputs, outputs)]
-
-
-def copy_sites_with_calls(
-    inputs: Sequence[Expr], outputs: Sequence[Expr]
-) -> list[tuple[Expr | None, Expr, Call]]:
-    """`copy_sites` with each site's planned `device_copy` call (its attributes
-    name the source and destination devices): `solver.align`'s copies."""
-    return list(solver.align(inputs, outputs).copies)
-
-
-# ---------------------------------------------------------------------------
 # The graph
 
 
@@ -123,61 +104,33 @@ class Picture:
         return dataclasses.asdict(self)
 
 
-def _bytes(t: Any) -> int | None:
-    """Bytes of a value of type `t` (solver.static_type_bytes for tensors, summed over tuples)."""
-    return value_bytes(t)
-
-
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _pinned_ids(module: Module, constraints: Iterable[Mapping[str, Any]]) -> set[int]:
-    """Node ids fixed by an annotation in the input or by a request pin."""
-    ids = node_ids(module)
-    index = {id(n): i for i, n in enumerate(ids)}
-    out: set[int] = set()
-    for n in ids:
-        if isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "on_device" and n.args:
-            found = index.get(id(n.args[0]))
-            if found is not None:
-                out.add(found)
-    for c in constraints:
-        try:
-            for n in select(module, c.get("select", {})):
-                if id(n) in index:
-                    out.add(index[id(n)])
-        except solver.PlanConfigError:
-            continue
-    return out
-
-
 def build_picture(
-    module: Module,
-    result: solver.PlanResult,
+    record: PlacementRecord,
     *,
-    constraints: Iterable[Mapping[str, Any]] = (),
     max_nodes: int = MAX_NODES,
     expand: Iterable[int] = (),
     config: solver.PlanConfig | None = None,
 ) -> Picture:
-    """The picture of `result` (planned with `record_constraints=True`) over
-    the input `module`; `config` (the plan's) prices the operators for the
+    """The picture of a plan's placement record (service.record: its devices,
+    names, pins and copies); `config` (the plan's) prices the operators for the
     collapsed boxes' predicted times (the built-in profiles without it)."""
+    module = record.module
+    result = record.result
     log = result.constraints
     if log is None:
         raise ValueError("build_picture needs a plan made with record_constraints=True")
     ids = node_ids(module)
     nid = {id(n): i for i, n in enumerate(ids)}
     devices = log.devices
-    pinned = _pinned_ids(module, constraints)
-    try:
-        types: Any = relay.infer_types(module, check_annotations=False)
-    except relay.RelayError:
-        types = None
+    placed = record.by_node()
+    pinned = {p.node for p in record.pins}
     from_expr = module.expr is not None and not any(gv.name == "main" for gv, _ in module.functions)
     roots = input_roots(module)
-    sites = copy_sites(roots, planned_roots(list(result.module.functions), from_expr))
+    sites = [(parent, child) for parent, child, _ in record.sites]
     site_of: dict[tuple[int, int], int] = {}
     for k, (parent, child) in enumerate(sites):
         site_of.setdefault((id(parent), id(child)), k)
@@ -208,6 +161,7 @@ def build_picture(
             return None
         kind: str | None = None
         label = ""
+        entry = placed.get(i)
         if isinstance(expr, Call):
             if isinstance(expr.op, Op):
                 if expr.op.name in ("on_device", "device_copy"):
@@ -219,8 +173,10 @@ def build_picture(
                 kind, label = "call", f"call %{expr.op.name}"
             else:
                 kind, label = "call", "call"
+            if entry is not None and entry.kind == "operator":
+                label = entry.name if not entry.binding else f"{entry.binding} = {entry.name}"
         elif isinstance(expr, Var):
-            kind, label = "param", f"%{expr.name}"
+            kind, label = "param", entry.name if entry is not None else f"%{expr.name}"
         elif isinstance(expr, If):
             kind, label = "if", "if"
         elif isinstance(expr, Match):
@@ -340,7 +296,7 @@ def build_picture(
     nodes, final_edges = _fold(nodes, final_edges, arg_pos)
     _price(module, nodes, result, config)
     groups = _collapse(nodes, final_edges, max_nodes, set(expand))
-    return _emit(nodes, final_edges, groups, sites, types, cluster_names, marked)
+    return _emit(nodes, final_edges, groups, record.copies, cluster_names)
 
 
 def _fold(
@@ -464,10 +420,8 @@ def _emit(
     nodes: dict[str, _Node],
     edges: list[tuple[str, str, int | None]],
     groups: dict[str, str],
-    sites: list[tuple[Expr | None, Expr]],
-    types: Any,
+    copy_entries: Sequence[CopyEntry],
     cluster_names: list[str],
-    marked: set[int],
 ) -> Picture:
     names = sorted({n.device for n in nodes.values()}, key=lambda d: (d != "cpu", d))
     legend = _colors(names)
@@ -557,8 +511,7 @@ def _emit(
             lines.append(f"  {_quote(a)} -> {_quote(b)};")
             continue
         copies += 1
-        child = sites[site][1]
-        nbytes = _bytes(types.of(child)) if types is not None else None
+        nbytes = copy_entries[site].bytes
         lines.append(
             f'  {_quote(a)} -> {_quote(b)} [id="copy{site}", class="copy", color="{_COPY_COLOR}", '
             f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", fontsize=11, '
@@ -589,5 +542,4 @@ def _emit(
         lines.append(f"    {_quote(a)} -> {_quote(b)} [style=invis];")
     lines.append("  }")
     lines.append("}")
-    _ = marked
     return Picture("\n".join(lines) + "\n", per_device, copies, collapsed, legend, folded_total)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import relay
 import solver
@@ -21,7 +21,17 @@ from relay.detect import detect_language
 from service import errors
 from service.compile_targets import compile_targets
 from service.picture import build_picture
-from service.report import plan_with_placements, report_from_response
+from service.record import (
+    KIND_PARAMETER,
+    RELAY,
+    Naming,
+    PlacementGraph,
+    PlacementRecord,
+    Renamer,
+    build_record,
+    copy_ends,
+)
+from service.report import prediction, report_from_response
 
 log = logging.getLogger("devplan.planning")
 
@@ -318,56 +328,162 @@ def build_config(
         raise PlanFailure.plain(KIND_CONFIG, str(err)) from None
 
 
-def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
-    """Parse, plan and print one module. Raises PlanFailure for every expected failure.
+class Source(Protocol):
+    """A module read for planning, in the language it was written in: the one
+    fork of the request path (issue 29). Everything between reading and
+    writing (planning, why-answers, the placement record and every view of
+    it) is the same code for both languages."""
 
-    The time limit (`job.timeout_ms`, on `clock`) covers parsing and planning:
-    parsing spends part of it, the planner's cooperative deadline (its walks
+    @property
+    def module(self) -> relay.Module:
+        """What the planner plans: the Relay module, or a Relax module's translation."""
+        ...
+
+    @property
+    def naming(self) -> Naming:
+        """How the language names the planner's nodes (service.record)."""
+        ...
+
+    def configure(self, config: solver.PlanConfig) -> solver.PlanConfig:
+        """The request's config for this module (Relax: its pins on `R.` operators as node pins)."""
+        ...
+
+    def expand(self, selector: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """A selector in the language's own terms as planner selectors (None: it is one)."""
+        ...
+
+    def write(self, result: solver.PlanResult, fmt: Format) -> str:
+        """The planned module in the language it was read in."""
+        ...
+
+
+@dataclass(frozen=True)
+class RelaySource:
+    """A Relay module: planned as it is, printed back as text or TVM JSON."""
+
+    module: relay.Module
+    naming: Naming = RELAY
+
+    def configure(self, config: solver.PlanConfig) -> solver.PlanConfig:
+        return config
+
+    def expand(self, selector: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        return None
+
+    def write(self, result: solver.PlanResult, fmt: Format) -> str:
+        return relay.dump_json(result.module) if fmt == "json" else relay.print_text(result.module)
+
+
+def read_source(job: PlanJob) -> Source:
+    """Read the job's module in its language (the request path's first fork)."""
+    if job_language(job) != "relax":
+        return RelaySource(parse_module(job))
+    try:
+        from service import relax_planning
+    except ImportError:
+        message = f"planning a Relax module needs TVM, which is not installed here ({RELAX_INSTALL}); Relay modules plan without it"
+        raise PlanFailure.plain(KIND_TVM_UNAVAILABLE, message) from None
+    fmt = job.input_format or detect_format(job.module)
+    try:
+        return relax_planning.read_source(job.module, fmt, job.name, job.options.mode)
+    except relay.RelayError as err:
+        raise PlanFailure.from_relay_error(KIND_MALFORMED, err) from None
+
+
+def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
+    """Read, plan and write one module; raises PlanFailure for every expected failure.
+
+    One route for both languages (issue 29): the language decides how the
+    module is read (`read_source`) and how the plan is written back
+    (`Source.write`); planning, why-answers, the placement record
+    (`service.record`) and every view of it (summary, explanation, report,
+    picture) are the same code.
+
+    The time limit (`job.timeout_ms`, on `clock`) covers reading and planning:
+    reading spends part of it, the planner's cooperative deadline (its walks
     and Z3's own timeout) the rest. Nothing here is interrupted from outside
-    (no signal), so no handler can swallow the limit; printing is linear and
+    (no signal), so no handler can swallow the limit; writing is linear and
     not timed. Tests inject `clock` to expire the limit deterministically.
     """
-    if job_language(job) == "relax":
-        return _run_relax(job, clock)
     start = clock()
     t0 = time.perf_counter()
-    module = parse_module(job)
+    source = read_source(job)
     t1 = time.perf_counter()
     left_ms = job.timeout_ms - int((clock() - start) * 1000)
     if left_ms <= 0:
         raise timeout_failure(job.timeout_ms, "parse")
-    config = build_config(job, left_ms, clock)
     _check_at_selectors(job)
     try:
-        extra = None
-        if "placements" in job.include:
-            result, extra = plan_with_placements(module, config, job.why, job.picture is not None)
-        else:
-            result = solver.plan(module, config, why=job.why, record_constraints=job.picture is not None)
+        config = source.configure(build_config(job, left_ms, clock))
+        record = plan_record(source, config, job.why, reasons="placements" in job.include)
     except PLANNING_ERRORS as err:
         raise _solve_failure(err, job) from None
+    result = record.result
     t2 = time.perf_counter()
-    if job.output_format == "json":
-        text = relay.dump_json(result.module)
-    else:
-        text = relay.print_text(result.module)
+    text = source.write(result, job.output_format)
     t3 = time.perf_counter()
-    outcome = _outcome(job, result, text, (t0, t1, t2, t3))
+    outcome = _outcome(job, record, text, (t0, t1, t2, t3))
     if job.why:
         outcome.why = [w.to_json() for w in result.why]
-    if extra is not None:
-        outcome.placements, outcome.copies, outcome.prediction = (
-            extra.placements,
-            extra.copies,
-            extra.prediction,
-        )
+    if "placements" in job.include:
+        outcome.placements = record.placements_json()
+        outcome.copies = record.copies_json()
+        outcome.prediction = prediction(record, config)
     if job.picture is not None:
-        constraints = job.options.constraints
-        picture = build_picture(module, result, constraints=constraints, config=config, **job.picture)
-        outcome.picture = picture.to_json()
+        outcome.picture = build_picture(record, config=config, **job.picture).to_json()
     if job.explain:
-        outcome.explanation = explain_success(outcome)
+        outcome.explanation = explain_success(outcome, record)
     return outcome
+
+
+def plan_record(
+    source: Source,
+    config: solver.PlanConfig,
+    why: Sequence[Mapping[str, Any]] = (),
+    *,
+    reasons: bool = False,
+) -> PlacementRecord:
+    """Plan `source.module` under `config` (already `source.configure`d) and
+    build the plan's placement record; the result's `why` answers `why` (in
+    the language's terms: one WhyResult per selector). `reasons`: each
+    placement's `decided_by` (a why-answer per placement: a search each).
+    Raises what `solver.plan` raises."""
+    groups = [source.expand(s) or [dict(s)] for s in why]
+    asked = [s for group in groups for s in group]
+    graph = PlacementGraph(source.module, source.naming)
+    renamer = Renamer(source.naming, graph.ids)
+    extra = graph.selectors() if reasons else []
+    try:
+        result = solver.plan(source.module, config, why=(*asked, *extra), record_constraints=True)
+    except solver.PlanningConflict as err:
+        raise renamer.conflict(err) from None
+    answers = result.why[len(asked) :]
+    decided = {a.node: a.reason for w in answers for a in w.answers if a.node is not None} if reasons else None
+    asked_answers = renamer.why(_regroup(why, groups, result.why[: len(asked)]))
+    return build_record(graph, dataclasses.replace(result, why=asked_answers), config, decided)
+
+
+def _regroup(
+    selectors: Sequence[Mapping[str, Any]],
+    groups: Sequence[Sequence[Mapping[str, Any]]],
+    results: Sequence[solver.WhyResult],
+) -> tuple[solver.WhyResult, ...]:
+    """One WhyResult per selector the client sent: a selector the language
+    expanded into several planner selectors gets their answers together."""
+    out: list[solver.WhyResult] = []
+    k = 0
+    for selector, group in zip(selectors, groups):
+        part = results[k : k + len(group)]
+        k += len(group)
+        if len(part) == 1 and part[0].selector == selector:
+            out.append(part[0])
+            continue
+        answers = [a for r in part for a in r.answers]
+        matches = sum(r.matches for r in part)
+        out.append(
+            solver.WhyResult(dict(selector), tuple(answers[: solver.MAX_ANSWERS]), matches, matches > solver.MAX_ANSWERS)
+        )
+    return tuple(out)
 
 
 def plan_report(job: PlanJob, clock: Clock = time.monotonic) -> tuple[PlanOutcome, dict[str, Any]]:
@@ -375,8 +491,6 @@ def plan_report(job: PlanJob, clock: Clock = time.monotonic) -> tuple[PlanOutcom
     build its placement report (service/report.py): (outcome, report). Raises
     the same PlanFailure as run_plan."""
     outcome = run_plan(dataclasses.replace(job, include=(*job.include, "placements")), clock)
-    if outcome.placements is None:  # the Relax path (issue 21) plans without placements
-        raise PlanFailure.plain(KIND_CONFIG, "placement reports and diffs need a Relay module (not Relax, yet)")
     return outcome, report_from_response(outcome.as_dict(), job.options.mode)
 
 
@@ -402,34 +516,25 @@ def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:
 
 
 def _outcome(
-    job: PlanJob, result: solver.PlanResult, text: str, times: tuple[float, float, float, float]
+    job: PlanJob, record: PlacementRecord, text: str, times: tuple[float, float, float, float]
 ) -> PlanOutcome:
-    """The response of a plan (either language) from the planner's result and
-    the printed module; `times` are perf_counter readings around parse, plan, print."""
+    """The response of a plan (either language) from its placement record and
+    the written module; `times` are perf_counter readings around read, plan, write."""
     t0, t1, t2, t3 = times
+    result = record.result
     stats = result.stats
     time_ms = {k: round(v, 3) for k, v in stats.time_ms.items()}
     time_ms["parse"] = round((t1 - t0) * 1000, 3)
     time_ms["print"] = round((t3 - t2) * 1000, 3)
-    copies = [
-        {
-            "line": _span_lc(span)[0],
-            "column": _span_lc(span)[1],
-            "src": relay.device_name(src),
-            "dst": relay.device_name(dst),
-        }
-        for span, src, dst in result.copies
-    ]
-    functions = _functions_summary(result)
     virtual_devices = [device_to_dict(d) for d in result.virtual_devices]
-    outcome = PlanOutcome(
+    return PlanOutcome(
         module=text,
         format=job.output_format,
         virtual_devices=virtual_devices,
         summary={
-            "device_copies": copies,
+            "device_copies": record.copy_summary(),
             "expressions_by_device": dict(result.expressions_by_device),
-            "functions": functions,
+            "functions": _functions_summary(record),
             "compile_targets": compile_targets(virtual_devices, result.expressions_by_device),
         },
         solver={
@@ -443,19 +548,12 @@ def _outcome(
         timings_ms={"parse": (t1 - t0) * 1000, "plan": (t2 - t1) * 1000, "print": (t3 - t2) * 1000},
         cost=result.cost.to_json() if result.cost is not None else None,
         divergences=[
-            {
-                "line": _span_lc(span)[0],
-                "column": _span_lc(span)[1],
-                "src": relay.device_name(src),
-                "dst": relay.device_name(dst),
-                "reason": DIVERGENCE_REASON,
-            }
-            for span, src, dst in result.divergences
+            {"line": d.line, "column": d.column, "src": d.src, "dst": d.dst, "reason": DIVERGENCE_REASON}
+            for d in record.divergences
         ],
         unchecked_ops=list(result.unchecked_ops),
         notices=list(result.notices),
     )
-    return outcome
 
 
 DIVERGENCE_REASON = (
@@ -470,46 +568,6 @@ def job_language(job: PlanJob) -> str:
 
 
 RELAX_INSTALL = "pip install 'devplan[tvm]'"
-
-
-def _run_relax(job: PlanJob, clock: Clock) -> PlanOutcome:
-    """`run_plan` for a Relax module (docs/relax.md): read by TVM, planned by the
-    same planner, written back onto the same IRModule (tvm_bridge.relax_plan)."""
-    if job.why or job.picture is not None or job.include:
-        message = (
-            "why-queries, pictures and placement reports are not available for Relax modules yet "
-            "(a later issue); plan without `why`, `include` and a picture"
-        )
-        raise PlanFailure.plain(KIND_CONFIG, message)
-    try:
-        from service import relax_planning
-        from tvm_bridge import relax_plan
-    except ImportError:
-        message = f"planning a Relax module needs TVM, which is not installed here ({RELAX_INSTALL}); Relay modules plan without it"
-        raise PlanFailure.plain(KIND_TVM_UNAVAILABLE, message) from None
-    start = clock()
-    t0 = time.perf_counter()
-    fmt = job.input_format or detect_format(job.module)
-    try:
-        mod, source = relax_plan.read_relax(job.module, fmt)
-    except relay.RelayError as err:
-        raise PlanFailure.from_relay_error(KIND_MALFORMED, err) from None
-    t1 = time.perf_counter()
-    left_ms = job.timeout_ms - int((clock() - start) * 1000)
-    if left_ms <= 0:
-        raise timeout_failure(job.timeout_ms, "parse")
-    config = build_config(job, left_ms, clock)
-    try:
-        planned = relax_planning.plan_relax(mod, config, source)
-    except PLANNING_ERRORS as err:
-        raise _solve_failure(err, job) from None
-    t2 = time.perf_counter()
-    text = relax_plan.print_relax(planned.module, job.output_format)
-    t3 = time.perf_counter()
-    outcome = _outcome(job, planned.result, text, (t0, t1, t2, t3))
-    if job.explain:
-        outcome.explanation = explain_success(outcome)
-    return outcome
 
 
 def _check_at_selectors(job: PlanJob) -> None:
@@ -540,38 +598,40 @@ def run_plan_safely(job: PlanJob) -> dict[str, Any]:
 # Explanations
 
 
-def _functions_summary(result: solver.PlanResult) -> dict[str, Any]:
+def _functions_summary(record: PlacementRecord) -> dict[str, Any]:
     """{"@f": {params: [{name: "%x", device}], result}} from the solver's summary.
 
     The solver gives device names per global (keyed by name, params in order);
-    the parameter names come from the planned module itself.
+    the parameter names are the record's (as the module's language writes them).
     """
-    param_names = {
-        gv.name.lstrip("@"): [f"%{p.name}" for p in func.params] for gv, func in result.module.functions
-    }
+    param_names: dict[str, dict[int, str]] = {}
+    for p in record.placements:
+        if p.kind == KIND_PARAMETER and p.index is not None:
+            param_names.setdefault(p.function, {})[p.index] = p.name
     out: dict[str, Any] = {}
-    for name, info in result.functions.items():
-        bare = name.lstrip("@")
-        names = param_names.get(bare, [])
-        params = [
-            {"name": names[i] if i < len(names) else f"#{i}", "device": str(d)}
-            for i, d in enumerate(info["params"])
-        ]
-        out[f"@{bare}"] = {"params": params, "result": str(info["result"])}
+    for name, info in record.result.functions.items():
+        key = f"@{name.lstrip('@')}"
+        names = param_names.get(key, {})
+        params = [{"name": names.get(i, f"#{i}"), "device": str(d)} for i, d in enumerate(info["params"])]
+        out[key] = {"params": params, "result": str(info["result"])}
     return out
 
 
-def explain_success(outcome: PlanOutcome) -> list[str]:
-    """Lines for `--explain`: each global's parameter/result devices, each inserted copy."""
+def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
+    """Lines for `--explain`: each global's parameter/result devices, each copy
+    (where, between which placements: the record's), divergences, notices, cost."""
     lines = []
     for name, info in outcome.summary["functions"].items():
         params = ", ".join(f"{p['name']} on {p['device']}" for p in info["params"])
         lines.append(f"{name}({params}) -> result on {info['result']}")
-    for copy in outcome.summary["device_copies"]:
-        where = f"{copy['line']}:{copy['column']}" if copy["line"] is not None else "?:?"
-        lines.append(f"device_copy at {where}: {copy['src']} -> {copy['dst']}")
-    if not outcome.summary["device_copies"]:
-        lines.append("no device_copy inserted")
+    by_node = {p.node: p.to_json() for p in record.placements}
+    word = record.naming.copy
+    for copy in record.copies:
+        c = copy.to_json()
+        where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
+        lines.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)})")
+    if not record.copies:
+        lines.append(f"no {word} inserted")
     for d in outcome.divergences:
         where = f"{d['line']}:{d['column']}" if d["line"] is not None else "?:?"
         lines.append(f"divergence at {where}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")

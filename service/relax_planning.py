@@ -1,9 +1,14 @@
-"""Planning a Relax module (issue 21): the bridge translates it for the
-planner, the solver plans the translation unchanged in either mode, and the
-bridge writes the placements back onto the same IRModule. It lives here
+"""Planning a Relax module (issues 21 and 29): the bridge translates it for
+the planner, the solver plans the translation unchanged in either mode, and
+the bridge writes the placements back onto the same IRModule. It lives here
 because it joins solver/ and tvm_bridge/, which never import each other
 (architecture.md). Importing it imports TVM: callers import it only for
-Relax input."""
+Relax input.
+
+`read_source` is the Relax side of the request path's one fork
+(`service.planning.Source`): how a Relax module is read, how its nodes are
+named in every view (`R.matmul` bound to `lv41`), and how the plan is written
+back. Everything in between is the Relay path's code."""
 
 from __future__ import annotations
 
@@ -12,11 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import tvm
+from tvm import relax
+
 import solver
+from relay import ast
 from relay.span import SourceText
-from tvm_bridge.relax_plan import relax_op_calls
+from service.record import Naming, NodeName
+from tvm_bridge.relax_plan import print_relax, read_relax, relax_op_calls
 from tvm_bridge.relax_translate import Translation, translate
 from tvm_bridge.relax_write import Placement, read_placement, write_back
+from tvm_bridge.targets import native_output_to_log
 
 
 @dataclass(frozen=True)
@@ -39,16 +50,116 @@ def plan_relax(
     line:column, SolverTimeout, PlanConfigError) and RelaxTranslationError."""
     config = config or solver.PlanConfig()
     translation = translate(mod, source, config.mode)
+    result = solver.plan(translation.module, configure(translation, config))
+    return write_plan(translation, result)
+
+
+def configure(translation: Translation, config: solver.PlanConfig) -> solver.PlanConfig:
+    """The request's config for a translated module: its language, and pins
+    on Relax operators as pins of the translated nodes."""
     # The translation checked the operator names against TVM's Relax registry
     # and states every node's type from the module's struct info: the solver
     # skips its Relay checks and reads those types (solver.PlanConfig.language).
     config = dataclasses.replace(config, language="relax")
     if any(_relax_op_selector(c) for c in config.constraints):
         config = dataclasses.replace(config, constraints=_node_constraints(translation, config.constraints))
-    result = solver.plan(translation.module, config)
+    return config
+
+
+def write_plan(translation: Translation, result: solver.PlanResult) -> RelaxPlan:
+    """The plan of a translation written back onto its Relax module."""
     placement = read_placement(translation, result.module)
     out, copies = write_back(translation, placement, result.virtual_devices)
     return RelaxPlan(out, result, translation, placement, copies)
+
+
+# ---------------------------------------------------------------------------
+# The Relax side of the request path
+
+
+ANNOTATION = "R.hint_on_device"
+COPY = "R.to_vdevice"
+
+
+def script_name(op_name: str) -> str:
+    """An operator as TVMScript writes it: `relax.nn.conv2d` -> `R.nn.conv2d`."""
+    return "R." + op_name[len("relax.") :] if op_name.startswith("relax.") else op_name
+
+
+def naming(translation: Translation) -> Naming:
+    """How views name the translated nodes: each operator call as TVMScript
+    writes it (`R.matmul`) with the variable it is bound to (`lv41`), each
+    call of a function as `cls.f`, each hint as `R.hint_on_device`, each
+    parameter by its Relax name."""
+    names: dict[int, NodeName] = {}
+    for b in translation.bindings.values():
+        value = b.value
+        if b.node is None or not isinstance(value, relax.Call):
+            continue
+        real = b.node if b.kind == "hint" else _unwrapped(b.node)
+        if not isinstance(real, ast.Call) or id(real) in names:
+            continue
+        if isinstance(value.op, tvm.ir.Op):
+            name = script_name(str(value.op.name))
+        elif isinstance(value.op, relax.GlobalVar):
+            name = f"cls.{value.op.name_hint}"
+        else:
+            continue
+        var = str(b.var.name)
+        args = ", ".join(str(a.name) if isinstance(a, relax.Var) else "..." for a in value.args)
+        names[id(real)] = NodeName(name, var, f"{var} = {name}({args})")
+    for params in translation.params.values():
+        for var, node in params:
+            names[id(node)] = NodeName(str(var.name), str(var.name), str(var.name))
+    return Naming("relax", names, ANNOTATION, COPY)
+
+
+def _unwrapped(node: ast.Expr) -> ast.Expr:
+    while isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name in (
+        ast.ON_DEVICE,
+        ast.DEVICE_COPY,
+    ):
+        node = node.args[0]
+    return node
+
+
+@dataclass(frozen=True)
+class RelaxSource:
+    """A Relax module read for planning (`service.planning.Source`)."""
+
+    translation: Translation
+    naming: Naming
+
+    @property
+    def module(self) -> ast.Module:
+        return self.translation.module
+
+    def configure(self, config: solver.PlanConfig) -> solver.PlanConfig:
+        return configure(self.translation, config)
+
+    def expand(self, selector: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """A selector of Relax operator calls (`{"op": "R.matmul"}`) as node selectors."""
+        if relax_op_name(selector.get("op")) is None:
+            return None
+        found = _op_nodes(self.translation, selector)
+        if not found:
+            raise solver.PlanConfigError(f"why: selector {dict(selector)!r} matches no operator call")
+        return [{"node": n} for n in found]
+
+    def write(self, result: solver.PlanResult, fmt: str) -> str:
+        return print_relax(write_plan(self.translation, result).module, fmt)
+
+
+def read_source(text: str, fmt: str, name: str, mode: str) -> RelaxSource:
+    """Read a Relax module (TVMScript or TVM JSON) and translate it for the
+    planner; spans name the file as `name`. TVM's own console output while
+    reading (its CUDA-version warning for a `cuda` vdevice) goes to the log."""
+    with native_output_to_log():
+        mod, source = read_relax(text, fmt)
+    if source is not None:
+        source = SourceText(name, source.text)
+    translation = translate(mod, source, mode)
+    return RelaxSource(translation, naming(translation))
 
 
 def _relax_op_selector(constraint: Any) -> bool:
@@ -64,28 +175,33 @@ def relax_op_name(op: Any) -> str | None:
     if op.startswith("relax."):
         return op
     if op.startswith("R."):
-        return "relax." + op[len("R."):]
+        return "relax." + op[len("R.") :]
     return None
 
 
-def _node_constraints(translation: Translation, constraints: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    """Request pins that select Relax operators (`{"op": "relax.nn.softmax",
-    "index"?: i}`, counted in binding order) as pins of the translated nodes."""
+def _op_nodes(translation: Translation, select: Mapping[str, Any]) -> list[int]:
+    """Node ids of the translated calls a Relax operator selector names
+    (`{"op": "R.nn.softmax", "index"?: i}`, counted in binding order)."""
     ids = solver.node_id_of(translation.module)
-    calls = {
-        name: [ids[id(node)] for node in nodes if id(node) in ids]
-        for name, nodes in relax_op_calls(translation).items()
-    }
+    calls = relax_op_calls(translation).get(relax_op_name(select.get("op")) or "", [])
+    found = [ids[id(node)] for node in calls if id(node) in ids]
+    if "index" in select:
+        index = select["index"]
+        found = found[index : index + 1] if isinstance(index, int) and index >= 0 else []
+    return found
+
+
+def _node_constraints(translation: Translation, constraints: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """Request pins that select Relax operators (`{"op": "relax.nn.softmax"}`
+    or `R.nn.softmax`, `"index"?: i`, counted in binding order) as pins of the
+    translated nodes."""
     out: list[Any] = []
     for k, c in enumerate(constraints):
         if not _relax_op_selector(c):
             out.append(c)
             continue
         select = c["select"]
-        found = calls.get(relax_op_name(select["op"]) or "", [])
-        if "index" in select:
-            index = select["index"]
-            found = found[index : index + 1] if isinstance(index, int) and index >= 0 else []
+        found = _op_nodes(translation, select)
         if not found:
             raise solver.PlanConfigError(f"constraint #{k}: selector {dict(select)!r} matches no operator call")
         out.extend({**c, "select": {"node": node}} for node in found)

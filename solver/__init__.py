@@ -10,13 +10,14 @@ answers and pictures share.
 from .api import plan
 from .config import MODES, DeviceSpec, Mode, PlanConfig, check_config, complete_spec, resolve_device
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
+from .explain.text import short_text
 from .optimize.cost_model import CostTable, cost_key, ns_to_ms
 from .optimize.problem import device_setup, kernel_costs
 from .optimize.report import CostReport, DeviceCost
 from .optimize.run import Evaluation, evaluate_planned
 from .optimize.sizes import Estimate, Sizes, dtype_bytes, module_types, static_type_bytes
 from .options import PlanOptions
-from .result import Answer, ConstraintLog, PlanResult, PlanStats, Step, WhyResult, answer_lines
+from .result import MAX_ANSWERS, Answer, ConstraintLog, PlanResult, PlanStats, Step, WhyResult, answer_lines
 from .selectors import (
     Alignment,
     Selector,
@@ -31,6 +32,7 @@ from .selectors import (
 )
 
 __all__ = [
+    "MAX_ANSWERS",
     "MODES",
     "Alignment",
     "Answer",
@@ -73,6 +75,7 @@ __all__ = [
     "planned_roots",
     "resolve",
     "resolve_device",
+    "short_text",
     "static_type_bytes",
     "wrapper_op",
 ]

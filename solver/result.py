@@ -83,7 +83,7 @@ class Answer:
             "device": self.device,
             "reason": self.reason,
             "message": self.message,
-            "chain": [s.to_json() for s in self.chain],
+            "chain": public_chain(self.chain),
             "also": list(self.also),
         }
         if self.cost is not None:
@@ -93,6 +93,23 @@ class Answer:
     def text(self) -> str:
         """The answer as a block of text (the CLI's stderr form)."""
         return "\n".join(answer_lines(self.to_json()))
+
+
+def public_chain(chain: tuple[Step, ...]) -> list[dict[str, Any]]:
+    """A chain as clients see it: each step once. The search walks union-find
+    edges, and one constraint can make several in a row (an operator's "all
+    the same" rule links its arguments through its result; a default that
+    follows another element's device can meet a constraint again): those are
+    one step to the user, shown where the chain first meets it. The internal
+    chain keeps every edge (tests check it is a shortest path)."""
+    out: list[dict[str, Any]] = []
+    shown: set[tuple[Any, ...]] = set()
+    for step in chain:
+        key = (step.kind, step.message, step.line, step.column, step.node)
+        if key not in shown:
+            shown.add(key)
+            out.append(step.to_json())
+    return out
 
 
 def answer_lines(answer: Mapping[str, Any], indent: str = "") -> list[str]:

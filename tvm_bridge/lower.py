@@ -124,7 +124,7 @@ class _Lowerer:
         if device.target is not None:
             target = self._target_cache.get(id(device.target))
             if target is None:
-                target = target_dict(device.target, cuda_arch=self.cuda_arch)
+                target = target_dict(device.target, cuda_arch=self.cuda_arch, for_compile=True)
                 self._target_cache[id(device.target)] = target
         else:
             name = DEVICE_TYPE_NAMES.get(device_type)

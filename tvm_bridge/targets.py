@@ -10,17 +10,28 @@ Without a GPU, TVM picks `sm_50` for a bare `cuda` target and nvcc 13 no
 longer compiles for it; `DEFAULT_CUDA_ARCH` (environment variable
 `DEVPLAN_CUDA_ARCH`, default `sm_75`) fills in the arch when none is given
 and replaces archs the installed toolkit cannot build for.
+
+Quiet output (issue 29): a user who only plans hears neither of these. The
+replacement is logged at warning level only for a compile (`for_compile`),
+else at debug; TVM's own "Unable to detect CUDA version" warning, which its
+C++ side writes straight to the process's stderr when it makes a `cuda`
+target while reading a module, is caught by `native_output_to_log` and
+logged at debug level.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from relay.device import DEVICE_TYPE_CODES, DEVICE_TYPE_NAMES, target_options
@@ -134,12 +145,16 @@ def _from_relay_target(target: RelayTarget) -> dict[str, Any]:
     return out
 
 
-def target_dict(spec: TargetSpec, *, cuda_arch: str | None = None) -> dict[str, Any]:
+def target_dict(
+    spec: TargetSpec, *, cuda_arch: str | None = None, for_compile: bool = False
+) -> dict[str, Any]:
     """The TVM 0.27 JSON-dict form of a target given as a Relay-era string
     (`"cuda -arch=sm_90"`), a dict, or a `relay.device.Target`.
 
     CUDA targets get `cuda_arch` (default `DEFAULT_CUDA_ARCH`) when they name
-    no arch or one the installed nvcc cannot compile for, and an `llvm` host.
+    no arch or one the installed nvcc cannot compile for, and an `llvm` host;
+    the replacement is a warning when `for_compile` (the code will be built
+    for that arch), else a debug line (a plan only names the device).
     Raises TargetError for anything TVM would reject.
     """
     if isinstance(spec, RelayTarget):
@@ -163,7 +178,8 @@ def target_dict(spec: TargetSpec, *, cuda_arch: str | None = None) -> dict[str, 
         if arch is None:
             out["arch"] = wanted
         elif supported and (number is None or number not in supported):
-            log.warning("CUDA arch %s is not supported by the installed nvcc; using %s", arch, wanted)
+            level = logging.WARNING if for_compile else logging.DEBUG
+            log.log(level, "CUDA arch %s is not supported by the installed nvcc; using %s", arch, wanted)
             out["arch"] = wanted
         out.setdefault("host", {"kind": "llvm"})
     validate_target(out)
@@ -184,7 +200,7 @@ def tvm_target(spec: TargetSpec, *, cuda_arch: str | None = None) -> Any:
     """A `tvm.target.Target` for any accepted target form."""
     import tvm
 
-    return tvm.target.Target(target_dict(spec, cuda_arch=cuda_arch))
+    return tvm.target.Target(target_dict(spec, cuda_arch=cuda_arch, for_compile=True))
 
 
 def device_type_name(name_or_code: str | int) -> str:
@@ -202,8 +218,49 @@ def target_map(
 ) -> dict[str, dict[str, Any]]:
     """Targets per device type name (`cpu`, `cuda`, ...): the defaults
     (`cpu` -> llvm, `cuda` -> cuda with the default arch) overridden by
-    `targets`, whose keys may be device names (`gpu` = `cuda`) or codes."""
-    out = {name: target_dict(spec, cuda_arch=cuda_arch) for name, spec in DEFAULT_TARGETS.items()}
+    `targets`, whose keys may be device names (`gpu` = `cuda`) or codes.
+    A compile's table: arch replacements are warnings."""
+    out = {
+        name: target_dict(spec, cuda_arch=cuda_arch, for_compile=True) for name, spec in DEFAULT_TARGETS.items()
+    }
     for key, spec in (targets or {}).items():
-        out[device_type_name(key)] = target_dict(spec, cuda_arch=cuda_arch)
+        out[device_type_name(key)] = target_dict(spec, cuda_arch=cuda_arch, for_compile=True)
     return out
+
+
+_NATIVE_OUTPUT = threading.Lock()
+
+
+@contextlib.contextmanager
+def native_output_to_log(logger: logging.Logger = log) -> Iterator[None]:
+    """Run the block with the process's stderr (file descriptor 2) going to a
+    temporary file, then log each line written there at debug level.
+
+    TVM's C++ code writes its warnings to file descriptor 2 directly, out of
+    reach of Python's logging (reading TVMScript with a `cuda` vdevice prints
+    "Unable to detect CUDA version" on a machine without a GPU). Output of
+    other threads during the block lands in the log too, which is why a lock
+    keeps two blocks from nesting; without a usable descriptor 2 the block
+    runs as it is."""
+    with _NATIVE_OUTPUT:
+        try:
+            sys.stderr.flush()
+            saved: int | None = os.dup(2)
+        except (OSError, ValueError):
+            saved = None
+        if saved is None:
+            yield
+            return
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                for line in sink.read().decode("utf-8", errors="replace").splitlines():
+                    if line.strip():
+                        logger.debug("native output: %s", line.rstrip())

@@ -21,6 +21,7 @@ from relay.ast import Call, Module, Op
 from service import picture as picture_mod
 from service.examples import CPU_ANNOTATION, PLAIN
 from service.picture import build_picture, render_svg
+from service.planning import RelaySource, plan_record
 from solver.selectors import node_ids
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
@@ -73,9 +74,9 @@ def svg_structure(svg: str) -> tuple[Counter[str], int, int]:
 
 
 def _picture(module: Module, config: solver.PlanConfig = CONFIG, **kw: Any) -> tuple[solver.PlanResult, str]:
-    result = solver.plan(module, config, record_constraints=True)
-    pic = build_picture(module, result, constraints=config.constraints, **kw)
-    return result, render_svg(pic.dot)
+    record = plan_record(RelaySource(module), config)
+    pic = build_picture(record, **kw)
+    return record.result, render_svg(pic.dot)
 
 
 @needs_dot

@@ -15,6 +15,7 @@ import solver
 from relay.ast import Call, Op, Var
 from service import picture as picture_mod
 from service.picture import MAX_NODES, build_picture, render_svg
+from service.planning import RelaySource, plan_record
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -29,8 +30,7 @@ def draw(
 ) -> tuple[relay.Module, Any, ET.Element]:
     module = relay.parse_text((CORPUS / name).read_text())
     config = solver.PlanConfig(constraints=constraints, mode=mode)
-    result = solver.plan(module, config, record_constraints=True)
-    pic = build_picture(module, result, constraints=constraints, config=config, **kw)
+    pic = build_picture(plan_record(RelaySource(module), config), config=config, **kw)
     return module, pic, ET.fromstring(render_svg(pic.dot))
 
 

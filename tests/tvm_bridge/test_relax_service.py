@@ -1,6 +1,6 @@
 """Relax modules through `POST /plan` (issue 21): detected from the content,
-planned, answered in the input's encoding; located parse errors; 422 for
-why-queries; 503 where `tvm` cannot be imported while Relay still plans."""
+planned, answered in the input's encoding; located parse errors; why-queries
+in Relax terms (issue 29); 503 where `tvm` cannot be imported while Relay still plans."""
 
 from __future__ import annotations
 
@@ -86,10 +86,21 @@ def test_relax_syntax_error_is_a_located_400(client: TestClient) -> None:
     assert body["locations"][0]["line"] in (line, line + 1)
 
 
-def test_relax_why_query_is_422(client: TestClient) -> None:
-    r = _plan(client, module=MODULE, why=[{"op": "relax.add"}])
-    assert r.status_code == 422, r.text
-    assert "Relax" in r.json()["detail"]
+def test_relax_why_query_answers_in_relax_terms(client: TestClient) -> None:
+    """Issue 29: a why-query on a Relax operator (either spelling) answers with
+    its binding as TVMScript writes it; one answer per selector sent."""
+    for op in ("relax.add", "R.add"):
+        r = _plan(client, module=MODULE, why=[{"op": op}])
+        assert r.status_code == 200, r.text
+        (result,) = r.json()["why"]
+        assert result["selector"] == {"op": op} and result["matches"] == 1
+        (answer,) = result["answers"]
+        line = next(i for i, t in enumerate(MODULE.splitlines(), 1) if "R.add(x, y)" in t)
+        assert answer["expression"] == "a = R.add(x, y)" and answer["line"] == line
+        assert answer["reason"] == "annotation" and answer["device"].startswith("cpu:1")
+        assert any("R.hint_on_device" in s["message"] for s in answer["chain"]), answer["chain"]
+    missing = _plan(client, module=MODULE, why=[{"op": "R.matmul"}])
+    assert missing.status_code == 422 and "matches no operator call" in missing.json()["detail"]
 
 
 # The start of a subprocess script: importing tvm (or tvm_ffi) fails in it.
@@ -193,12 +204,19 @@ def test_compile_plans_and_builds_a_relax_module(tmp_path: Path) -> None:
         assert r.json()["report"]["check"]["max_abs_error"] <= 1e-6
 
 
-def test_relax_picture_and_placements_are_422(client: TestClient) -> None:
-    r = client.post("/plan/picture", json={"module": MODULE, "default_device": "cpu:0", "host_device": "cpu:0"})
-    assert r.status_code == 422, r.text
-    assert "Relax" in r.json()["detail"]
+def test_relax_placements_name_bindings(client: TestClient) -> None:
+    """Issue 29: `include: ["placements"]` of a Relax module: TVMScript names,
+    bindings and lines; the copy of the hint at the copied value's line."""
     r = _plan(client, module=MODULE, include=["placements"])
-    assert r.status_code == 422, r.text
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ops = {p["binding"]: p for p in body["placements"] if p["kind"] == "operator"}
+    lines = MODULE.splitlines()
+    assert {b: p["name"] for b, p in ops.items()} == {"a": "R.add", "c": "R.exp"}
+    for b, p in ops.items():
+        assert lines[p["line"] - 1].strip().startswith(f"{b} = "), p
+    params = [p["name"] for p in body["placements"] if p["kind"] == "parameter"]
+    assert params == ["x", "y"]
 
 
 def test_language_field_overrides_detection(client: TestClient) -> None:

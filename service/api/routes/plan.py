@@ -114,6 +114,7 @@ class PlacementIn(BaseModel):
     name: str = Field(..., max_length=4096)
     function: str = Field(..., max_length=4096)
     index: int | None = Field(None, ge=0)
+    binding: str | None = Field(None, max_length=4096)
     line: int | None = None
     column: int | None = None
     device: str = Field(..., max_length=1024)
@@ -199,8 +200,6 @@ async def _side_report(
     result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
-    if "placements" not in result["ok"]:  # the Relax path (issue 21) plans without placements
-        raise ProblemError(problems.INVALID_CONFIG, "diffs need Relay modules (not Relax, yet)")
     return report_from_response(result["ok"], job.options.mode)
 
 
@@ -226,7 +225,7 @@ async def plan_diff(
     try:
         rules = diff.parse_rules(request.fail_on)
     except diff.RuleError as err:
-        raise ProblemError(problems.INVALID_CONFIG, str(err)) from None
+        raise ProblemError(problems.INVALID_CONFIG, f"fail_on[{err.index}]: {err}") from None
     before = await _side_report(request.before, settings, pool, metrics)
     after = await _side_report(request.after, settings, pool, metrics)
     result = diff.diff_reports(before, after)

@@ -1,0 +1,730 @@
+"""The placement record (issue 29): one per plan, built once, read by every view.
+
+Every view of a plan (the `/plan` summary and `--explain`, the report of
+`--report` and `include: ["placements"]`, `devplan diff` and `/plan/diff`,
+the picture, the explore page) reads this record instead of rebuilding what
+it shows, so they tell the same story: the same placements on the same
+devices, the same copies between the same placements at the same locations.
+
+- `placements`: every operator call, call of a function and function parameter
+  of the *planned* module as the planner sees it (the Relay module, or the
+  translation of a Relax module), with its node id (the post-order ids of
+  `solver.node_ids`, which why-queries, pins and pictures use), its name as
+  the module's language writes it (`nn.dense`, `R.matmul`), the Relax
+  binding it is (`lv41`), its location, device and inputs (the placements
+  whose values flow into it, through lets, tuples, wrappers and branches).
+- `copies`: every copy of the plan between the placements it joins. Its
+  location is the copied value's (its producer's, looking through
+  annotations and let variables), never the annotation around it.
+- `pins`: the placements an annotation (`on_device`, `R.hint_on_device`) or a
+  request pin fixes, with what fixed them and where.
+- `results`: each function's result device and the placements flowing into it.
+
+Everything the language decides (names, bindings) comes in as a `Naming`:
+the record itself is the same code for Relay and Relax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import relay
+import solver
+from relay import ast
+from relay.ast import Call, Expr, Function, GlobalVar, If, Let, Match, Module, Op, Var
+from relay.traverse import children
+from solver import input_roots, node_ids, planned_roots, short_text, wrapper_op
+
+log = logging.getLogger("devplan.record")
+
+KIND_OPERATOR = "operator"
+KIND_CALL = "call"
+KIND_PARAMETER = "parameter"
+
+LANGUAGES = ("relay", "relax")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeName:
+    """A node as its language writes it: `name` (`R.matmul`, a parameter `x`),
+    the variable it is bound to (`lv41`) and a one-line text for messages
+    (`lv41 = R.matmul(lv40, p_fc_weight)`)."""
+
+    name: str
+    binding: str | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """How the module's language names the planner's nodes: `names` maps
+    id(planner node) to its `NodeName` for the nodes the language names
+    differently (Relax: `R.matmul` bound to `lv41`); the rest keep their Relay
+    names. `annotation` and `copy` are how the language writes a device
+    annotation and a copy."""
+
+    language: str = "relay"
+    names: Mapping[int, NodeName] = field(default_factory=dict)
+    annotation: str = "on_device"
+    copy: str = "device_copy"
+
+    def of(self, expr: Expr, default: str) -> tuple[str, str | None]:
+        """(name, binding) of `expr`, `default` when the language has no other name."""
+        found = self.names.get(id(expr))
+        return (found.name, found.binding) if found is not None else (default, None)
+
+
+RELAY = Naming()
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementEntry:
+    """One placement: an operator call, a call of a function or a parameter."""
+
+    node: int
+    kind: str  # operator | call | parameter
+    name: str  # as the language writes it: nn.dense, R.matmul, @f, %x
+    function: str  # the global function it is in (`@main`)
+    index: int | None  # a parameter's position in its function's parameters
+    line: int | None
+    column: int | None
+    device: str
+    inputs: tuple[int, ...]
+    binding: str | None = None  # Relax: the variable it is bound to
+    decided_by: str | None = None  # a why-answer's reason, when the record was built with reasons
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's `$defs.placement`."""
+        return {
+            "node": self.node,
+            "kind": self.kind,
+            "name": self.name,
+            "binding": self.binding,
+            "function": self.function,
+            "index": self.index,
+            "line": self.line,
+            "column": self.column,
+            "device": self.device,
+            "decided_by": self.decided_by or "none",
+            "inputs": list(self.inputs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEntry:
+    """One copy of the plan, between the placements it joins."""
+
+    src: str
+    dst: str
+    bytes: int | None
+    line: int | None  # the copied value's location (its producer's)
+    column: int | None
+    from_nodes: tuple[int, ...]
+    to_nodes: tuple[int, ...]
+    into_result: str | None  # the function whose result it feeds, when no placement does
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's `$defs.copy`."""
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "bytes": self.bytes,
+            "line": self.line,
+            "column": self.column,
+            "from": list(self.from_nodes),
+            "to": list(self.to_nodes),
+            "into_result": self.into_result,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PinEntry:
+    """A node fixed before planning: by an annotation in the module or a request pin."""
+
+    node: int
+    device: str
+    source: str  # "annotation" | "request pin"
+    what: str  # on_device / R.hint_on_device, or `constraint #k`
+    line: int | None
+    column: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceEntry:
+    """A copy of the plan that TVM 0.19's rewrite omits (issue 18), located as its copy is."""
+
+    src: str
+    dst: str
+    line: int | None
+    column: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultEntry:
+    """A function's result: its device and the placements whose values it returns."""
+
+    function: str
+    node: int  # the function's node id
+    device: str
+    inputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PlacementRecord:
+    """The record of one plan (module docstring). `module` is the planner's
+    input, `result` its plan; `sites` (one per copy, the same order as
+    `copies`: input parent, input child, planned copy) and `type_of` stay
+    internal, for views that draw the module's structure (the picture)."""
+
+    language: str
+    placements: tuple[PlacementEntry, ...]
+    copies: tuple[CopyEntry, ...]
+    pins: tuple[PinEntry, ...]
+    results: tuple[ResultEntry, ...]
+    divergences: tuple[DivergenceEntry, ...]
+    module: Module = field(repr=False)
+    result: solver.PlanResult = field(repr=False)
+    sites: tuple[tuple[Expr | None, Expr, Call], ...] = field(repr=False, default=())
+    naming: Naming = field(repr=False, default=RELAY)
+
+    def by_node(self) -> dict[int, PlacementEntry]:
+        return {p.node: p for p in self.placements}
+
+    def placements_json(self) -> list[dict[str, Any]]:
+        return [p.to_json() for p in self.placements]
+
+    def copies_json(self) -> list[dict[str, Any]]:
+        return [c.to_json() for c in self.copies]
+
+    def copy_summary(self) -> list[dict[str, Any]]:
+        """`summary.device_copies` of the response: each copy's location and devices."""
+        return [{"line": c.line, "column": c.column, "src": c.src, "dst": c.dst} for c in self.copies]
+
+
+def copy_line(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) -> str:
+    """`cpu -> cuda at 4:8: nn.dense #8 -> nn.bias_add #10`: a copy of a report
+    (its JSON) named by its placements (node id -> placement JSON)."""
+    where = f" at {c['line']}:{c['column']}" if c.get("line") is not None else ""
+    return f"{c['src']} -> {c['dst']}{where}: {copy_ends(c, by_node)}"
+
+
+def copy_ends(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) -> str:
+    """`nn.dense #8 -> nn.bias_add #10`: what a copy copies from and into."""
+    src = ", ".join(placement_label(by_node[n]) for n in c["from"] if n in by_node) or "?"
+    dst = ", ".join(placement_label(by_node[n]) for n in c["to"] if n in by_node)
+    if not dst and c.get("into_result"):
+        dst = f"result of {c['into_result']}"
+    return f"{src} -> {dst or '?'}"
+
+
+def placement_label(p: Mapping[str, Any]) -> str:
+    """A placement (its JSON) as views name it: `nn.dense #9`, `lv41 = R.matmul #9`."""
+    binding = p.get("binding")
+    head = f"{binding} = {p['name']}" if binding and binding != p["name"] else p["name"]
+    return f"{head} #{p['node']}"
+
+
+def value_bytes(t: Any) -> int | None:
+    """Bytes of a value of type `t` (tensors and tuples of them), None when unknown."""
+    if isinstance(t, ast.TensorType):
+        return solver.static_type_bytes(t)
+    fields = getattr(t, "fields", None)
+    if fields is not None:
+        sizes = [value_bytes(f) for f in fields]
+        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# The placement graph of the planner's input module
+
+
+def _is_placement(expr: Expr, params: set[int]) -> bool:
+    if isinstance(expr, Call):
+        return wrapper_op(expr) is None and not (isinstance(expr.op, Op) and expr.op.name == ast.ON_DEVICE)
+    return isinstance(expr, Var) and id(expr) in params
+
+
+def primitive_name(func: Function) -> str:
+    """`fused(nn.conv2d+add+nn.relu)`: the operators a primitive function runs, in order."""
+    names: list[str] = []
+    stack: list[Expr] = [func.body]
+    seen: set[int] = set()
+    order: list[str] = []
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            order.append(e.op.name)
+        stack.extend(reversed(children(e)))
+    for name in reversed(order):
+        if name not in names:
+            names.append(name)
+    return "fused(" + "+".join(names) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    node: int
+    kind: str
+    name: str
+    function: str
+    index: int | None
+    line: int | None
+    column: int | None
+    inputs: tuple[int, ...]
+    binding: str | None
+
+
+class PlacementGraph:
+    """The placements of a module and the data flow between them: what the
+    record needs before planning (its node ids give the why-selectors of
+    `decided_by`) and, with a plan, the copies."""
+
+    def __init__(self, module: Module, naming: Naming = RELAY) -> None:
+        self.module = module
+        self.naming = naming
+        self.roots = input_roots(module)
+        self.ids = node_ids(module)
+        self.nid = {id(n): i for i, n in enumerate(self.ids)}
+        from_expr = module.expr is not None and not any(gv.name == "main" for gv, _ in module.functions)
+        self.from_expr = from_expr
+        names = [f"@{gv.name}" for gv, _ in module.functions] + (["@main"] if from_expr else [])
+        self.function_of: dict[int, str] = {}
+        self.param_index: dict[int, int] = {}
+        self.let_of: dict[int, Let] = {}
+        for root, name in zip(self.roots, names):
+            stack = [root]
+            while stack:
+                n = stack.pop()
+                if id(n) in self.function_of:
+                    continue
+                self.function_of[id(n)] = name
+                if isinstance(n, Function):
+                    if n.is_primitive:
+                        continue
+                    for k, p in enumerate(n.params):
+                        self.param_index[id(p)] = k
+                        self.function_of[id(p)] = name
+                if isinstance(n, Let):
+                    self.let_of[id(n.var)] = n
+                stack.extend(children(n))
+        self.root_names = names
+        params = set(self.param_index)
+        self.nodes: list[_Node] = []
+        self.expr_of: dict[int, Expr] = {}
+        for i, n in enumerate(self.ids):
+            if id(n) not in self.function_of or not _is_placement(n, params):
+                continue
+            self.expr_of[i] = n
+            self.nodes.append(self._node(i, n))
+
+    def selectors(self) -> list[dict[str, Any]]:
+        """One why-selector per placement (their answers give `decided_by`)."""
+        return [{"node": g.node} for g in self.nodes]
+
+    def _node(self, i: int, n: Expr) -> _Node:
+        span = getattr(n, "span", None)
+        line = span.line if span is not None else None
+        column = span.column if span is not None else None
+        function = self.function_of[id(n)]
+        if isinstance(n, Var):
+            name, binding = self.naming.of(n, f"%{n.name}")
+            return _Node(i, KIND_PARAMETER, name, function, self.param_index[id(n)], line, column, (), binding)
+        assert isinstance(n, Call)
+        if isinstance(n.op, Op):
+            kind, default = KIND_OPERATOR, n.op.name
+        elif isinstance(n.op, GlobalVar):
+            kind, default = KIND_CALL, f"@{n.op.name}"
+        elif isinstance(n.op, Function) and n.op.is_primitive:
+            kind, default = KIND_OPERATOR, primitive_name(n.op)
+        else:
+            kind, default = KIND_CALL, "closure"
+        name, binding = self.naming.of(n, default)
+        inputs: list[int] = []
+        for arg in n.args:
+            inputs.extend(src for src, _ in self.sources(n, arg))
+        return _Node(i, kind, name, function, None, line, column, tuple(inputs), binding)
+
+    def sources(
+        self, parent: Expr, expr: Expr, crossing: Callable[[Expr, Expr], int | None] | None = None
+    ) -> list[tuple[int, int | None]]:
+        """The placements whose values flow into `expr` (a child of `parent`), in
+        argument order, each with the first `crossing(parent, child)` value met on
+        the way (the copy site, when given)."""
+        out: list[tuple[int, int | None]] = []
+        stack: list[tuple[Expr, Expr, int | None]] = [(parent, expr, None)]
+        visited: set[tuple[int, int]] = set()
+        while stack:
+            p, e, site = stack.pop()
+            if site is None and crossing is not None:
+                site = crossing(p, e)
+            key = (id(e), -1 if site is None else site)
+            if key in visited:
+                continue
+            visited.add(key)
+            if isinstance(e, Var) and id(e) in self.let_of:
+                let = self.let_of[id(e)]
+                stack.append((let, let.value, site))
+                continue
+            i = self.nid.get(id(e))
+            if i is not None and i in self.expr_of:
+                out.append((i, site))
+                continue
+            inner: Sequence[Expr] = ()
+            if isinstance(e, Call) and wrapper_op(e) is not None:
+                inner = e.args[:1]
+            elif isinstance(e, ast.Tuple):
+                inner = e.fields
+            elif isinstance(e, ast.TupleGetItem):
+                inner = (e.tuple_value,)
+            elif isinstance(e, Let):
+                inner = (e.body,)
+            elif isinstance(e, If):
+                inner = (e.cond, e.true_branch, e.false_branch)
+            elif isinstance(e, Match):
+                inner = (e.data, *(c.rhs for c in e.clauses))
+            elif isinstance(e, (ast.RefCreate, ast.RefWrite)):
+                inner = (e.value,)
+            elif isinstance(e, ast.RefRead):
+                inner = (e.ref,)
+            # Reversed so that the stack pops them in argument order.
+            for k in reversed(inner):
+                stack.append((e, k, site))
+        return out
+
+    def copied_value(self, expr: Expr) -> Expr:
+        """The value a copy of `expr` copies: through annotations and let
+        variables to the expression that computes it (its producer)."""
+        seen: set[int] = set()
+        while id(expr) not in seen:
+            seen.add(id(expr))
+            if isinstance(expr, Call) and wrapper_op(expr) is not None:
+                expr = expr.args[0]
+            elif isinstance(expr, Var) and id(expr) in self.let_of:
+                expr = self.let_of[id(expr)].value
+            else:
+                break
+        return expr
+
+    def copy_location(self, span: relay.Span | None) -> tuple[int | None, int | None]:
+        """Where a copy the planner reports at `span` (the expression it
+        wraps) is shown: at its copied value, as the record's copies are."""
+        if span is None:
+            return None, None
+        at = next(
+            (n for n in self.ids if getattr(n, "span", None) is not None and _same_place(n.span, span)), None
+        )
+        found = getattr(self.copied_value(at), "span", None) if at is not None else None
+        found = found or span
+        return found.line, found.column
+
+    def copies(
+        self, planned: Module, types: Callable[[], Callable[[Expr], Any] | None]
+    ) -> tuple[list[tuple[Expr | None, Expr, Call]], list[CopyEntry], dict[int, list[int]]]:
+        """Every copy of `planned` (this module's plan) between placements: the
+        sites (`solver.align`'s copies), their entries (same order), and each
+        function result's sources (function node id -> placements). `types`
+        gives the sizes' type function, asked only when there are copies."""
+        sites = solver.align(self.roots, planned_roots(list(planned.functions), self.from_expr)).copies
+        site_of: dict[tuple[int, int], int] = {}
+        for k, (parent, child, _) in enumerate(sites):
+            site_of.setdefault((id(parent), id(child)), k)
+
+        def crossing(p: Expr, c: Expr) -> int | None:
+            return site_of.get((id(p), id(c)))
+
+        ends_from: dict[int, list[int]] = {k: [] for k in range(len(sites))}
+        ends_to: dict[int, list[int]] = {k: [] for k in range(len(sites))}
+        into: dict[int, str] = {}
+        for g in self.nodes:
+            n = self.expr_of[g.node]
+            if not isinstance(n, Call):
+                continue
+            for arg in n.args:
+                for src, site in self.sources(n, arg, crossing):
+                    if site is not None:
+                        _add(ends_from[site], src)
+                        _add(ends_to[site], g.node)
+        results: dict[int, list[int]] = {}
+        for i, n in enumerate(self.ids):
+            if isinstance(n, Function) and not n.is_primitive and id(n) in self.function_of:
+                found = self.sources(n, n.body, crossing)
+                results[i] = _unique(src for src, _ in found)
+                for src, site in found:
+                    if site is not None:
+                        _add(ends_from[site], src)
+                        into.setdefault(site, self.function_of[id(n)])
+        out: list[CopyEntry] = []
+        type_of = types() if sites else None
+        for k, (parent, child, call) in enumerate(sites):
+            if not ends_from[k]:
+                ends_from[k].extend(src for src, _ in self.sources(parent or child, child))
+            props = ast.device_copy_props(call)
+            src_dev, dst_dev = (_name(props.src), _name(props.dst)) if props else ("?", "?")
+            value = self.copied_value(child)
+            span = getattr(value, "span", None) or getattr(child, "span", None)
+            nbytes = _bytes_of(type_of, value, child)
+            out.append(
+                CopyEntry(
+                    src_dev,
+                    dst_dev,
+                    nbytes,
+                    span.line if span is not None else None,
+                    span.column if span is not None else None,
+                    tuple(ends_from[k]),
+                    tuple(ends_to[k]),
+                    None if ends_to[k] else into.get(k),
+                )
+            )
+        return list(sites), out, results
+
+
+def _same_place(a: relay.Span, b: relay.Span) -> bool:
+    return (a.line, a.column, a.end_line, a.end_column) == (b.line, b.column, b.end_line, b.end_column)
+
+
+def _bytes_of(type_of: Callable[[Expr], Any] | None, *exprs: Expr) -> int | None:
+    if type_of is None:
+        return None
+    for e in exprs:
+        try:
+            found = value_bytes(type_of(e))
+        except (KeyError, TypeError, ValueError):
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _add(items: list[int], value: int) -> None:
+    if value not in items:
+        items.append(value)
+
+
+def _unique(values: Iterable[int]) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        _add(out, v)
+    return out
+
+
+def _name(vd: Any) -> str:
+    return relay.device_name(vd) if isinstance(vd, relay.VirtualDevice) else "?"
+
+
+# ---------------------------------------------------------------------------
+# The record of a plan
+
+
+def build_record(
+    graph: PlacementGraph,
+    result: solver.PlanResult,
+    config: solver.PlanConfig,
+    reasons: Mapping[int, str] | None = None,
+    type_of: Callable[[Expr], Any] | None = None,
+) -> PlacementRecord:
+    """The record of `result`, the plan of `graph.module` under `config`
+    (planned with `record_constraints=True`, whose log gives every node's
+    device). `reasons`: node id -> why-answer reason (`decided_by`), when
+    asked for; `type_of` sizes the copies (`solver.module_types`)."""
+    log_ = result.constraints
+    if log_ is None:
+        raise ValueError("a placement record needs a plan made with record_constraints=True")
+    devices = log_.devices
+    module = graph.module
+    sites, copies, result_inputs = graph.copies(
+        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module))
+    )
+    placements = tuple(
+        PlacementEntry(
+            g.node,
+            g.kind,
+            g.name,
+            g.function,
+            g.index,
+            g.line,
+            g.column,
+            devices.get(g.node, "?"),
+            g.inputs,
+            g.binding,
+            (reasons or {}).get(g.node),
+        )
+        for g in graph.nodes
+    )
+    results = tuple(
+        ResultEntry(graph.function_of[id(graph.ids[i])], i, devices.get(i, "?"), tuple(ins))
+        for i, ins in result_inputs.items()
+        if any(graph.ids[i] is r for r in graph.roots)
+    )
+    pins = _pins(graph, devices, config.constraints)
+    divergences = tuple(
+        DivergenceEntry(relay.device_name(src), relay.device_name(dst), *graph.copy_location(span))
+        for span, src, dst in result.divergences
+    )
+    return PlacementRecord(
+        graph.naming.language,
+        placements,
+        tuple(copies),
+        pins,
+        results,
+        divergences,
+        module,
+        result,
+        tuple(sites),
+        graph.naming,
+    )
+
+
+def _types(module: Module) -> Callable[[Expr], Any] | None:
+    try:
+        type_of, _ = solver.module_types(module)
+    except (relay.RelayError, ValueError, TypeError, KeyError) as err:
+        log.debug("no types for copy sizes: %s", err)
+        return None
+    return type_of
+
+
+def _pins(
+    graph: PlacementGraph, devices: Mapping[int, str], constraints: Iterable[Mapping[str, Any]]
+) -> tuple[PinEntry, ...]:
+    """The nodes an annotation of the module or a request pin fixes."""
+    out: list[PinEntry] = []
+    seen: set[tuple[int, str]] = set()
+    for n in graph.ids:
+        if isinstance(n, Call) and wrapper_op(n) == ast.ON_DEVICE and id(n) in graph.function_of:
+            target = graph.nid.get(id(graph.copied_value(n.args[0])))
+            if target is None or (target, "annotation") in seen:
+                continue
+            seen.add((target, "annotation"))
+            span = n.span
+            out.append(
+                PinEntry(
+                    target,
+                    devices.get(target, "?"),
+                    "annotation",
+                    graph.naming.annotation,
+                    span.line if span is not None else None,
+                    span.column if span is not None else None,
+                )
+            )
+    for k, c in enumerate(constraints):
+        try:
+            nodes = solver.resolve(graph.module, c.get("select", {}), ids=graph.ids)
+        except solver.PlanConfigError:
+            continue
+        for node in nodes:
+            i = graph.nid.get(id(node))
+            if i is None:
+                continue
+            span = getattr(node, "span", None)
+            out.append(
+                PinEntry(
+                    i,
+                    devices.get(i, "?"),
+                    "request pin",
+                    f"constraint #{k}",
+                    span.line if span is not None else None,
+                    span.column if span is not None else None,
+                )
+            )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Messages in the language's terms
+
+
+class Renamer:
+    """The planner's messages (why-answers, conflicts), written in Relay terms,
+    in the module language's terms: each named node's Relay text becomes its
+    text (`add(..., %y)` -> `c = R.add(a, b)`), parameters lose Relay's `%`,
+    and the annotation and copy operators get the language's names. With the
+    Relay naming every message stays as it is."""
+
+    def __init__(self, naming: Naming, ids: Sequence[Expr]) -> None:
+        self.naming = naming
+        self.ids = ids
+        self.active = bool(naming.names)
+        words: list[tuple[str, str]] = [(ast.ON_DEVICE, naming.annotation), (ast.DEVICE_COPY, naming.copy)]
+        by_span: dict[tuple[int, int, str], str] = {}
+        if self.active:
+            for n in ids:
+                found = naming.names.get(id(n))
+                if found is None:
+                    continue
+                if isinstance(n, Var):
+                    words.append((f"%{n.name}", found.name))
+                span = getattr(n, "span", None)
+                if span is not None:
+                    by_span.setdefault((span.line, span.column, short_text(n)), found.text)
+        self._words = [(re.compile(r"(?<![\w.])" + re.escape(a) + r"(?![\w.])"), b) for a, b in words if a != b]
+        self._by_span = by_span
+
+    def text(self, message: str, node: int | None = None) -> str:
+        """`message` about input node `node` (when known) in the language's terms."""
+        if not self.active:
+            return message
+        if node is not None and 0 <= node < len(self.ids):
+            expr = self.ids[node]
+            found = self.naming.names.get(id(expr))
+            if found is not None:
+                message = message.replace(short_text(expr), found.text)
+        for pattern, word in self._words:
+            message = pattern.sub(word, message)
+        return message
+
+    def at(self, message: str, line: int | None, column: int | None, relay_text: str) -> str:
+        """`message` about the expression written `relay_text` at line:column."""
+        if not self.active:
+            return message
+        found = self._by_span.get((line, column, relay_text)) if line is not None and column is not None else None
+        if found is not None and relay_text:
+            message = message.replace(relay_text, found)
+        return self.text(message)
+
+    def why(self, results: Sequence[solver.WhyResult]) -> tuple[solver.WhyResult, ...]:
+        """Why-answers in the language's terms."""
+        if not self.active:
+            return tuple(results)
+        out = []
+        for r in results:
+            answers = tuple(
+                dataclasses.replace(
+                    a,
+                    expression=self.text(a.expression, a.node),
+                    message=self.text(a.message),
+                    chain=tuple(dataclasses.replace(s, message=self.text(s.message, s.node)) for s in a.chain),
+                )
+                for a in r.answers
+            )
+            out.append(dataclasses.replace(r, answers=answers))
+        return tuple(out)
+
+    def conflict(self, err: solver.PlanningConflict) -> solver.PlanningConflict:
+        """A planning conflict in the language's terms."""
+        if not self.active:
+            return err
+        constraints = []
+        for c in err.constraints:
+            line = c.span.line if c.span is not None else None
+            column = c.span.column if c.span is not None else None
+            constraints.append(
+                dataclasses.replace(
+                    c,
+                    description=self.at(c.description, line, column, c.expr_text),
+                    expr_text=self.at(c.expr_text, line, column, c.expr_text),
+                )
+            )
+        message = err.message or str(err)
+        for c in err.constraints:
+            if c.span is not None and c.expr_text:
+                message = self.at(message, c.span.line, c.span.column, c.expr_text)
+        return solver.PlanningConflict(self.text(message), constraints, err.span)
