@@ -540,8 +540,9 @@ def build_record(
         raise ValueError("a placement record needs a plan made with record_constraints=True")
     devices = log_.devices
     module = graph.module
+    stated = graph.naming.language == "relax"
     sites, copies, result_inputs = graph.copies(
-        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module))
+        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module, stated))
     )
     placements = tuple(
         PlacementEntry(
@@ -583,9 +584,11 @@ def build_record(
     )
 
 
-def _types(module: Module) -> Callable[[Expr], Any] | None:
+def _types(module: Module, stated: bool) -> Callable[[Expr], Any] | None:
+    """The type of each node for copy sizes: inferred (Relay), or as the
+    module states them (a Relax translation carries TVM's struct info)."""
     try:
-        type_of, _ = solver.module_types(module)
+        type_of, _ = solver.module_types(module, stated=stated)
     except (relay.RelayError, ValueError, TypeError, KeyError) as err:
         log.debug("no types for copy sizes: %s", err)
         return None
