@@ -419,9 +419,7 @@ class PlacementGraph:
         wraps) is shown: at its copied value, as the record's copies are."""
         if span is None:
             return None, None
-        at = next(
-            (n for n in self.ids if getattr(n, "span", None) is not None and _same_place(n.span, span)), None
-        )
+        at = next((n for n in self.ids if _same_place(getattr(n, "span", None), span)), None)
         found = getattr(self.copied_value(at), "span", None) if at is not None else None
         found = found or span
         return found.line, found.column
@@ -487,8 +485,13 @@ class PlacementGraph:
         return list(sites), out, results
 
 
-def _same_place(a: relay.Span, b: relay.Span) -> bool:
-    return (a.line, a.column, a.end_line, a.end_column) == (b.line, b.column, b.end_line, b.end_column)
+def _same_place(a: relay.Span | None, b: relay.Span) -> bool:
+    return a is not None and (a.line, a.column, a.end_line, a.end_column) == (
+        b.line,
+        b.column,
+        b.end_line,
+        b.end_column,
+    )
 
 
 def _bytes_of(type_of: Callable[[Expr], Any] | None, *exprs: Expr) -> int | None:
