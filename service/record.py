@@ -58,6 +58,7 @@ class NodeName:
     name: str
     binding: str | None
     text: str
+    span: relay.Span | None = None  # where the language's text writes it (None: nowhere)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +74,13 @@ class Naming:
     annotation: str = "on_device"
     copy: str = "device_copy"
 
-    def of(self, expr: Expr, default: str) -> tuple[str, str | None]:
-        """(name, binding) of `expr`, `default` when the language has no other name."""
+    def of(self, expr: Expr, default: str) -> tuple[str, str | None, relay.Span | None]:
+        """(name, binding, location) of `expr`: its own name and span when the
+        language has no other name for it."""
         found = self.names.get(id(expr))
-        return (found.name, found.binding) if found is not None else (default, None)
+        if found is None:
+            return default, None, getattr(expr, "span", None)
+        return found.name, found.binding, found.span
 
 
 RELAY = Naming()
@@ -331,12 +335,10 @@ class PlacementGraph:
         return [{"node": g.node} for g in self.nodes]
 
     def _node(self, i: int, n: Expr) -> _Node:
-        span = getattr(n, "span", None)
-        line = span.line if span is not None else None
-        column = span.column if span is not None else None
         function = self.function_of[id(n)]
         if isinstance(n, Var):
-            name, binding = self.naming.of(n, f"%{n.name}")
+            name, binding, span = self.naming.of(n, f"%{n.name}")
+            line, column = _lc(span)
             return _Node(i, KIND_PARAMETER, name, function, self.param_index[id(n)], line, column, (), binding)
         assert isinstance(n, Call)
         if isinstance(n.op, Op):
@@ -347,7 +349,8 @@ class PlacementGraph:
             kind, default = KIND_OPERATOR, primitive_name(n.op)
         else:
             kind, default = KIND_CALL, "closure"
-        name, binding = self.naming.of(n, default)
+        name, binding, span = self.naming.of(n, default)
+        line, column = _lc(span)
         inputs: list[int] = []
         for arg in n.args:
             inputs.extend(src for src, _ in self.sources(n, arg))
@@ -483,6 +486,10 @@ class PlacementGraph:
                 )
             )
         return list(sites), out, results
+
+
+def _lc(span: relay.Span | None) -> tuple[int | None, int | None]:
+    return (span.line, span.column) if span is not None else (None, None)
 
 
 def _same_place(a: relay.Span | None, b: relay.Span) -> bool:

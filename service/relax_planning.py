@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import tvm
 from tvm import relax
 
 import solver
@@ -25,7 +24,7 @@ from relay import ast
 from relay.span import SourceText
 from service.record import Naming, NodeName
 from tvm_bridge.relax_plan import print_relax, read_relax, relax_op_calls
-from tvm_bridge.relax_translate import Translation, translate
+from tvm_bridge.relax_translate import Translation, binding_names, real_node, translate
 from tvm_bridge.relax_write import Placement, read_placement, write_back
 from tvm_bridge.targets import native_output_to_log
 
@@ -88,39 +87,33 @@ def script_name(op_name: str) -> str:
 
 def naming(translation: Translation) -> Naming:
     """How views name the translated nodes: each operator call as TVMScript
-    writes it (`R.matmul`) with the variable it is bound to (`lv41`), each
-    call of a function as `cls.f`, each hint as `R.hint_on_device`, each
-    parameter by its Relax name."""
+    writes it (`R.matmul`) at its binding's line with the variable it is bound
+    to (`lv41`), each call of a function as `cls.f`, each hint as
+    `R.hint_on_device`, each parameter by its Relax name (without a location:
+    TVMScript gives parameters no reliable span)."""
     names: dict[int, NodeName] = {}
+    nodes = {id(n): n for n in solver.node_ids(translation.module)}
+    args: dict[int, str] = {}  # the operands as TVMScript names them, for messages
     for b in translation.bindings.values():
-        value = b.value
-        if b.node is None or not isinstance(value, relax.Call):
-            continue
-        real = b.node if b.kind == "hint" else _unwrapped(b.node)
-        if not isinstance(real, ast.Call) or id(real) in names:
-            continue
-        if isinstance(value.op, tvm.ir.Op):
-            name = script_name(str(value.op.name))
-        elif isinstance(value.op, relax.GlobalVar):
-            name = f"cls.{value.op.name_hint}"
-        else:
-            continue
-        var = str(b.var.name)
-        args = ", ".join(str(a.name) if isinstance(a, relax.Var) else "..." for a in value.args)
-        names[id(real)] = NodeName(name, var, f"{var} = {name}({args})")
+        if b.node is not None and isinstance(b.value, relax.Call):
+            words = (str(a.name) if isinstance(a, relax.Var) else "..." for a in b.value.args)
+            args.setdefault(id(real_node(b.node)), ", ".join(words))
+    for key, found in binding_names(translation).items():
+        node = nodes.get(key)
+        name = found.op
+        if name is None and isinstance(node, ast.Call) and isinstance(node.op, ast.GlobalVar):
+            name = f"cls.{node.op.name}"
+        if name is not None:
+            text = f"{found.var} = {name}({args.get(key, '...')})"
+            names[key] = NodeName(name, found.var, text, found.span)
+    for hint in translation.bindings.values():
+        if hint.kind == "hint" and hint.node is not None:
+            var = str(hint.var.name)
+            names.setdefault(id(hint.node), NodeName(ANNOTATION, var, f"{var} = {ANNOTATION}(...)", hint.span))
     for params in translation.params.values():
         for var, node in params:
             names[id(node)] = NodeName(str(var.name), str(var.name), str(var.name))
     return Naming("relax", names, ANNOTATION, COPY)
-
-
-def _unwrapped(node: ast.Expr) -> ast.Expr:
-    while isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name in (
-        ast.ON_DEVICE,
-        ast.DEVICE_COPY,
-    ):
-        node = node.args[0]
-    return node
 
 
 @dataclass(frozen=True)
