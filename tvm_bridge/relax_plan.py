@@ -2,7 +2,8 @@
 
 `read_relax` reads TVMScript text (what `mod.script()` prints; its
 `from tvm.script import ...` lines may be there, commented out or not) or
-`tvm.ir.save_json` JSON, with parse errors as `relay.ParseError` located at
+`tvm.ir.save_json` JSON, each checked before TVM reads it (`tvmscript_guard`,
+`json_guard`), with parse errors as `relay.ParseError` located at
 TVMScript's line and column. `print_relax` gives the output in either
 encoding. Planning joins this bridge with the solver, so it lives in
 `service.relax_planning` (the bridge never imports the solver).
@@ -16,12 +17,17 @@ from typing import Any
 
 import tvm
 from tvm import relax
+from tvm.script.parser import ir as script_ir
+from tvm.script.parser import relax as script_relax
+from tvm.script.parser import tirx as script_tir
 
 from relay import ast
 from relay.span import ParseError, SourceText, Span
 
+from .json_guard import load_checked_json
 from .relax_translate import Translation, real_node, translate
 from .relax_write import CONSTANT_COPY
+from .tvmscript_guard import check_tvmscript, map_column
 
 __all__ = [
     "print_relax",
@@ -34,42 +40,51 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "<relax>"
-_IMPORT_RE = re.compile(r"^(\s*)((?:from\s+tvm[\w.]*\s+import\b|import\s+tvm\b).*)$", re.MULTILINE)
 # The copies of inline constants `write_back` adds (`const_to_cuda0`, `const_to_cuda02`).
 _CONSTANT_COPY_RE = re.compile(rf"^{CONSTANT_COPY}_to_[a-z]+\d+$")
 _LOCATION_RE = re.compile(r"-->\s*(?P<name>[^:\n]*):(?P<line>\d+):(?P<column>\d+)")
 
 
 def read_relax(text: str, fmt: str = "text") -> tuple[Any, SourceText | None]:
-    """A Relax IRModule from TVMScript (`fmt="text"`) or TVM JSON."""
+    """A Relax IRModule from TVMScript (`fmt="text"`) or TVM JSON, checked
+    before TVM sees it (docs/security.md): TVMScript against the allowlist of
+    `tvmscript_guard` (TVM's parser evaluates what it reads), JSON by
+    `json_guard` (TVM's loader trusts its references). Any refusal or TVM
+    error is a ParseError, located where the input has a location."""
     if fmt == "json":
-        try:
-            mod = tvm.ir.load_json(text)
-        except Exception as exc:
-            raise ParseError(f"not a TVM JSON module: {_first_line(exc)}") from exc
-        if not isinstance(mod, tvm.IRModule):
-            raise ParseError(f"the JSON holds a {type(mod).__name__}, not an IRModule")
-        return mod, None
+        return _module_of(load_checked_json(text), "the JSON"), None
     source = SourceText(SOURCE_NAME, text)
-    # TVMScript refuses import statements; comment them out (lines keep their numbers).
-    script = _IMPORT_RE.sub(lambda m: f"{m.group(1)}# {m.group(2)}", text)
+    checked = check_tvmscript(text, source)
+    # TVM's parser gets only the three TVMScript namespaces (not its default
+    # `tvm`, `ir`, `tir`, ...) and the metadata, loaded from the checked JSON.
+    extra: dict[str, Any] = {"I": script_ir, "R": script_relax, "T": script_tir}
+    if checked.metadata is not None:
+        try:
+            extra["metadata"] = load_checked_json(checked.metadata)
+        except ParseError as err:
+            raise ParseError(f"the metadata line: {err.message}", checked.metadata_span) from None
     try:
-        mod = tvm.script.from_source(script)
+        mod = tvm.script.from_source(checked.script, extra_vars=extra)
     except SyntaxError as exc:
         line = exc.lineno or 1
-        column = exc.offset or 1
+        column = map_column(checked, line, exc.offset or 1)
         raise ParseError(f"TVMScript syntax error: {exc.msg}", Span(source, line, column, line, column + 1)) from None
     except Exception as exc:  # noqa: BLE001 - TVMScript's diagnostics
         message = str(exc)
         found = _LOCATION_RE.search(message)
         span = None
         if found is not None:
-            line, column = int(found.group("line")), int(found.group("column"))
+            line = int(found.group("line"))
+            column = map_column(checked, line, int(found.group("column")))
             span = Span(source, line, column, line, column + 1)
         raise ParseError(f"TVMScript: {_message(message)}", span) from None
+    return _module_of(mod, "the TVMScript"), source
+
+
+def _module_of(mod: Any, what: str) -> Any:
     if not isinstance(mod, tvm.IRModule):
-        raise ParseError("the TVMScript is not an @I.ir_module", Span(source, 1, 1, 1, 2))
-    return mod, source
+        raise ParseError(f"{what} holds a {type(mod).__name__}, not an IRModule")
+    return mod
 
 
 def _first_line(exc: BaseException) -> str:

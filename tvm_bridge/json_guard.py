@@ -1,0 +1,486 @@
+"""TVM JSON checked before `tvm.ir.load_json` reads it.
+
+TVM 0.27's loader (tvm-ffi's `ObjectGraphDeserializer`, C++) trusts the
+graph: a node that refers to itself recurses until the stack overflows (the
+process dies), and a reference of the wrong type is stored as it is, to fail
+later inside TVM. `check_json_graph` reads the graph in Python first, node by
+node in one forward pass (no recursion), against TVM's own reflection (the
+installed TVM's type registry and field schemas):
+
+- the document is `{"root_index": int, "nodes": [...], "metadata"?: {...}}`
+  and the root is a node;
+- every node's `type` is a type key TVM registers and may be loaded from
+  JSON (never `ffi.Module`, `ffi.Function`, `ir.EnvFunc`: loading those
+  would load code or call registered functions by name);
+- a node's `data` has the shape its kind needs: containers list node indices,
+  objects give each field of the type's field list (inherited ones too),
+  plain fields (`"ndim": 2`) as JSON values of the field's type, reference
+  fields (`"span": 0`) as the index of an earlier node whose type the field's
+  schema accepts (containers checked element by element, `None` only where
+  the schema says Optional or TVM itself writes null: spans, call attrs);
+- tensors (`ffi.Tensor`) are well-formed CPU tensor blobs whose byte count
+  matches their shape and dtype;
+- no reference chain is deeper than `MAX_DEPTH`.
+
+The checked graph is written out again (`json.dumps` of what was read), so
+TVM's JSON parser reads exactly what was checked. `load_checked_json` then
+loads it and verifies an IRModule with Relax's well-formed check. Every
+refusal is a ParseError naming the node.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeGuard
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm_ffi import core as ffi_core
+
+from relay.span import ParseError
+
+__all__ = ["MAX_DEPTH", "check_json_graph", "load_checked_json", "verify_module"]
+
+log = logging.getLogger(__name__)
+
+# The deepest reference chain accepted: TVM's loader recurses once per level
+# (modules TVM saves stay under 25; legalized TIR under 100).
+MAX_DEPTH = 1000
+# Type keys refused whatever the registry says: code (`ffi.Module`,
+# `ffi.Function`), global functions looked up by name (`ir.EnvFunc`), Python
+# objects, and test types.
+REFUSED_TYPES = frozenset({"ffi.Module", "ffi.Function", "ffi.OpaquePyObject", "ir.EnvFunc", "ffi.Error",
+                           "ffi.BigInt", "tirx.Axis"})
+REFUSED_PREFIXES = ("testing.",)
+# Non-Optional reference fields that TVM's own saves leave null (every `span`;
+# `attrs` of a call to an operator without attributes): by field schema.
+NULLABLE_SCHEMAS = frozenset({"ir.Span", "ir.Attrs"})
+# Loader-level kinds of the static (non-object) type keys, and the plain JSON
+# value a field of that static type index holds inline.
+_PLAIN_KEYS = {"None", "bool", "int", "float", "DataType", "Device", "ffi.String", "ffi.Bytes", "ffi.Shape"}
+_SEQUENCES = {"ffi.Array", "ffi.List"}
+_MAPS = {"ffi.Map", "ffi.Dict"}
+_INT64 = (-(2**63), 2**63 - 1)
+# Static type indices of fields TVM writes inline (tvm-ffi's TypeIndex).
+_INLINE = {0: "None", 1: "int", 2: "bool", 3: "float", 5: "dtype"}
+# Objects whose JSON data TVM decodes with a custom function: what each takes.
+_CUSTOM_DATA = {"ffi.Tensor": "tensor", "ir.Op": "str", "ir.SourceName": "str", "target.TargetKind": "str"}
+# Schema origins naming a static key, and the node type keys they accept.
+_SCHEMA_KEYS = {
+    "int": {"int"},
+    "bool": {"bool"},
+    "float": {"float"},
+    "str": {"ffi.String"},
+    "bytes": {"ffi.Bytes"},
+    "dtype": {"DataType"},
+    "Device": {"Device"},
+    "None": {"None"},
+    "ffi.Shape": {"ffi.Shape"},
+    "Shape": {"ffi.Shape"},
+}
+_TENSOR_MAGIC = 0xDD5E40F096B4A13F
+_DTYPE_CODES = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+
+
+# A field schema as (origin, args): ("Array", (("ir.Expr", ()),)) for `Array[ir.Expr]`.
+Schema = tuple[str, tuple[Any, ...]]
+_ANY: Schema = ("Any", ())
+
+
+def _schema(obj: Any) -> Schema:
+    """tvm-ffi's TypeSchema JSON (`{"type": ..., "args": [...]}`) as a hashable Schema."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        return ("?", ())
+    return (obj["type"], tuple(_schema(a) for a in obj.get("args", ())))
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    static: int  # tvm-ffi's field_static_type_index: inline for _INLINE, else a node reference
+    schema: Schema
+    has_default: bool
+
+
+@dataclass(frozen=True)
+class _Type:
+    """A registered object type as the loader sees it."""
+
+    key: str
+    index: int
+    lineage: frozenset[int]  # its own type index and its ancestors'
+    fields: tuple[_Field, ...]  # inherited fields first, as the loader visits them
+    custom: str | None  # how its data is decoded when not by fields (_CUSTOM_DATA)
+
+
+class _Bad(Exception):
+    def __init__(self, node: int | None, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+        self.message = message
+
+
+@cache
+def _type(key: str) -> _Type | None:
+    """The loader's view of type `key`, None when TVM does not register it."""
+    index = ffi_core._object_type_key_to_index(key)
+    if index is None:
+        return None
+    info: Any = ffi_core._lookup_or_register_type_info_from_type_key(key)
+    chain: list[Any] = []
+    t = info
+    while t is not None:
+        chain.append(t)
+        t = t.parent_type_info
+    fields: list[_Field] = []
+    for t in reversed(chain):
+        for f in t.fields:
+            schema = _schema(f.ty.to_json()) if f.ty is not None else _ANY
+            fields.append(_Field(str(f.name), int(f.field_static_type_index), schema, bool(f.c_has_default)))
+    custom = _CUSTOM_DATA.get(key)
+    if custom is None and ffi_core._lookup_type_attr(info.type_index, "__data_from_json__") is not None:
+        custom = "refused"
+    return _Type(key, int(info.type_index), frozenset({int(info.type_index), *map(int, info.type_ancestors)}),
+                 tuple(fields), custom)
+
+
+@cache
+def _index(key: str) -> int | None:
+    found = _type(key)
+    return found.index if found is not None else None
+
+
+def check_json_graph(text: str) -> str:
+    """`text` checked (module docstring); returns the JSON to hand to TVM.
+    Raises ParseError naming the first bad node."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"not JSON: {exc}") from None
+    try:
+        return _Graph(doc).checked()
+    except _Bad as bad:
+        where = f"node {bad.node}: " if bad.node is not None else ""
+        raise ParseError(f"TVM JSON refused, {where}{bad.message}") from None
+
+
+def load_checked_json(text: str) -> Any:
+    """The object TVM loads from `text` once `check_json_graph` accepted it;
+    an IRModule must also pass Relax's well-formed check."""
+    checked = check_json_graph(text)
+    try:
+        obj = tvm.ir.load_json(checked)
+    except Exception as exc:  # noqa: BLE001 - TVM's loader errors
+        raise ParseError(f"TVM cannot load the JSON: {_first_line(exc)}") from None
+    if isinstance(obj, tvm.IRModule):
+        verify_module(obj)
+    return obj
+
+
+def verify_module(mod: Any) -> None:
+    """TVM's well-formed checks of a loaded module, the ones its TVMScript
+    parser runs: Relax's, then TIR's (the s_tir check for the module, the
+    tirx check for each PrimFunc not marked `s_tir`). A ParseError if one fails."""
+    try:
+        relax.analysis.well_formed(mod)
+        tvm.s_tir.analysis.verify_well_formed(mod)
+        for func in mod.functions.values():
+            if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get("s_tir", False):
+                tvm.tirx.analysis.verify_tirx_well_formed(func)
+    except Exception as exc:  # noqa: BLE001 - TVM's checkers raise on the first violation
+        raise ParseError(f"the JSON module fails TVM's well-formed check: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+class _Graph:
+    """One check of one JSON graph document."""
+
+    def __init__(self, doc: Any) -> None:
+        if not isinstance(doc, dict):
+            raise _Bad(None, "the document is not a JSON object")
+        unknown = set(doc) - {"root_index", "nodes", "metadata"}
+        if unknown:
+            raise _Bad(None, f"unknown top-level keys {sorted(unknown)} (a TVM JSON graph has root_index, nodes, metadata)")
+        root = doc.get("root_index")
+        nodes = doc.get("nodes")
+        if not _is_int(root):
+            raise _Bad(None, "`root_index` must be an integer")
+        if not isinstance(nodes, list):
+            raise _Bad(None, "`nodes` must be an array")
+        if not 0 <= root < len(nodes):
+            raise _Bad(None, f"`root_index` {root} is not a node (there are {len(nodes)})")
+        metadata = doc.get("metadata", {})
+        if not isinstance(metadata, dict) or not all(
+            isinstance(v, str | int | float | bool) or v is None for v in metadata.values()
+        ):
+            raise _Bad(None, "`metadata` must be an object of plain values")
+        self.doc = doc
+        self.root: int = root
+        self.nodes: list[Any] = nodes
+        self.types: list[str] = []
+        self.depth: list[int] = []
+        self.accepted: set[tuple[int, Schema]] = set()
+
+    def checked(self) -> str:
+        for i, node in enumerate(self.nodes):
+            self._node(i, node)
+        return json.dumps(self.doc)
+
+    # ---------------------------------------------------------------- nodes
+
+    def _node(self, i: int, node: Any) -> None:
+        if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+            raise _Bad(i, "a node is an object with a string `type`")
+        key: str = node["type"]
+        if set(node) - {"type", "data"}:
+            raise _Bad(i, f"unknown keys {sorted(set(node) - {'type', 'data'})} in a `{key}` node")
+        data = node.get("data")
+        refs: list[int] = []
+        if key in _PLAIN_KEYS:
+            self._plain(i, key, data)
+        elif key in _SEQUENCES:
+            refs = self._indices(i, key, data)
+        elif key in _MAPS:
+            refs = self._indices(i, key, data)
+            if len(refs) % 2:
+                raise _Bad(i, f"`{key}` data alternates keys and values: an even count of indices")
+        else:
+            refs = self._object(i, key, data)
+        self.types.append(key)
+        depth = 1 + max((self.depth[r] for r in refs), default=0)
+        if depth > MAX_DEPTH:
+            raise _Bad(i, f"references nest deeper than {MAX_DEPTH} levels")
+        self.depth.append(depth)
+
+    def _plain(self, i: int, key: str, data: Any) -> None:
+        if not _PLAIN_CHECKS[key](data):
+            raise _Bad(i, f"`{key}` data is not a {key} value: {_short(data)}")
+
+    def _indices(self, i: int, key: str, data: Any) -> list[int]:
+        if not isinstance(data, list):
+            raise _Bad(i, f"`{key}` data must be an array of node indices")
+        for ref in data:
+            self._earlier(i, ref, key)
+        return data
+
+    def _earlier(self, i: int, ref: Any, what: str) -> None:
+        if not _is_int(ref):
+            raise _Bad(i, f"{what}: a node reference must be an integer, not {_short(ref)}")
+        if not 0 <= ref < i:
+            raise _Bad(i, f"{what} refers to node {ref}, which is not an earlier node")
+
+    def _object(self, i: int, key: str, data: Any) -> list[int]:
+        if key in REFUSED_TYPES or key.startswith(REFUSED_PREFIXES):
+            raise _Bad(i, f"type `{key}` is not accepted in a module")
+        info = _type(key)
+        if info is None:
+            raise _Bad(i, f"type `{key}` is not a type TVM registers")
+        if info.custom is not None:
+            self._custom(i, info, data)
+            return []
+        if not isinstance(data, dict):
+            raise _Bad(i, f"`{key}` data must be an object of its fields")
+        names = {f.name for f in info.fields}
+        extra = set(data) - names
+        if extra:
+            raise _Bad(i, f"`{key}` has no field {min(extra)!r}")
+        refs: list[int] = []
+        for f in info.fields:
+            if f.name not in data:
+                if not f.has_default:
+                    raise _Bad(i, f"`{key}` needs its field `{f.name}`")
+                continue
+            value = data[f.name]
+            where = f"field `{f.name}` of `{key}`"
+            inline = _INLINE.get(f.static)
+            if inline is not None:
+                if not _inline_ok(inline, value):
+                    raise _Bad(i, f"{where} must be a {inline} value, not {_short(value)}")
+                continue
+            self._earlier(i, value, where)
+            self._accepts(i, value, f.schema, where)
+            refs.append(value)
+        return refs
+
+    def _custom(self, i: int, info: _Type, data: Any) -> None:
+        if info.custom == "tensor":
+            _check_tensor(i, data)
+        elif info.custom == "str":
+            if not isinstance(data, str):
+                raise _Bad(i, f"`{info.key}` data must be a string")
+        else:
+            raise _Bad(i, f"type `{info.key}` is not accepted in a module")
+
+    # ------------------------------------------------------------- schemas
+
+    def _accepts(self, i: int, ref: int, schema: Schema, where: str) -> None:
+        """Node `ref` is a value of `schema` (containers element by element,
+        with an explicit stack; each (node, schema) pair checked once)."""
+        work = [(ref, schema)]
+        while work:
+            item = work.pop()
+            if item in self.accepted:
+                continue
+            work.extend(self._accept_one(i, item[0], item[1], where))
+            self.accepted.add(item)
+
+    def _accept_one(self, i: int, node: int, sch: Schema, where: str) -> list[tuple[int, Schema]]:
+        origin, args = sch
+        key = self.types[node]
+        if origin == "Any":
+            return []
+        if origin == "Optional":
+            return [] if key == "None" else [(node, args[0])] if args else []
+        if origin in ("Union", "Variant"):
+            for option in args:
+                try:
+                    self._accepts(i, node, option, where)
+                    return []
+                except _Bad:
+                    continue
+            raise _Bad(i, f"{where} refers to node {node} (`{key}`), which is none of its types")
+        if origin == "?":
+            raise _Bad(i, f"{where} has a field schema this check does not know")
+        if origin in _SCHEMA_KEYS:
+            if key not in _SCHEMA_KEYS[origin]:
+                raise _Bad(i, f"{where} refers to node {node} (`{key}`), not a {origin}")
+            return []
+        if origin in ("Array", "List", "ffi.Array", "ffi.List"):
+            want = "ffi.List" if origin.endswith("List") else "ffi.Array"
+            if key != want:
+                raise _Bad(i, f"{where} refers to node {node} (`{key}`), not an {origin}")
+            items: list[int] = self.nodes[node]["data"]
+            return [(item, args[0]) for item in items] if args else []
+        if origin in ("Map", "Dict", "ffi.Map", "ffi.Dict"):
+            want = "ffi.Dict" if origin.endswith("Dict") else "ffi.Map"
+            if key != want:
+                raise _Bad(i, f"{where} refers to node {node} (`{key}`), not a {origin}")
+            flat: list[int] = self.nodes[node]["data"]
+            if len(args) < 2:
+                return []
+            return [(flat[j], args[j % 2]) for j in range(len(flat))]
+        if origin in ("Callable", "ffi.Function"):
+            raise _Bad(i, f"{where} holds a function, which is not accepted in a module")
+        if key == "None":
+            if origin in NULLABLE_SCHEMAS:
+                return []
+            raise _Bad(i, f"{where} must not be null (node {node} is None)")
+        want_index = _index("ffi.Object" if origin == "Object" else origin)
+        if want_index is None:
+            raise _Bad(i, f"{where} has a field type TVM does not register: {origin}")
+        got = _type(key) if key not in _PLAIN_KEYS and key not in _SEQUENCES and key not in _MAPS else None
+        lineage = got.lineage if got is not None else self._static_lineage(key)
+        if want_index not in lineage:
+            raise _Bad(i, f"{where} refers to node {node} (`{key}`), which is not a {origin}")
+        return []
+
+    def _static_lineage(self, key: str) -> frozenset[int]:
+        """Type indices a container or string node counts as (`ffi.Array` is an `ffi.Object`)."""
+        index = _index(key)
+        if index is None:
+            return frozenset()
+        found = _type(key)
+        return found.lineage if found is not None else frozenset({index})
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value <= _INT64[1]
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _inline_ok(kind: str, value: Any) -> bool:
+    return _INLINE_CHECKS[kind](value)
+
+
+def _is_dtype(text: str) -> bool:
+    """A dtype string TVM parses (`float32`, `int64x4`, `bool`, `handle`, ...)."""
+    try:
+        tvm_ffi.dtype(text)
+    except Exception:  # noqa: BLE001 - tvm-ffi's parse errors
+        return False
+    return True
+
+
+def _is_base64(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _check_tensor(i: int, data: Any) -> None:
+    """An `ffi.Tensor` blob (tvm-ffi's tensor save format): magic, reserved
+    word, CPU device, ndim, dtype, shape, byte count, then exactly that many bytes."""
+    if not isinstance(data, str):
+        raise _Bad(i, "`ffi.Tensor` data must be a base64 string")
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _Bad(i, "`ffi.Tensor` data is not base64") from None
+    head = struct.Struct("<QQiiiBBH")
+    if len(blob) < head.size:
+        raise _Bad(i, "`ffi.Tensor` data is too short for a tensor header")
+    magic, _reserved, dev_type, dev_id, ndim, code, bits, lanes = head.unpack_from(blob)
+    if magic != _TENSOR_MAGIC:
+        raise _Bad(i, "`ffi.Tensor` data does not start with the tensor magic number")
+    if (dev_type, dev_id) != (1, 0):
+        raise _Bad(i, f"`ffi.Tensor` must be saved from the cpu (device {dev_type}:{dev_id})")
+    if not 0 <= ndim <= 32 or code not in _DTYPE_CODES or bits == 0 or lanes == 0:
+        raise _Bad(i, f"`ffi.Tensor` header is not a tensor's (ndim {ndim}, dtype code {code}, bits {bits}, lanes {lanes})")
+    at = head.size
+    if len(blob) < at + 8 * ndim + 8:
+        raise _Bad(i, "`ffi.Tensor` data is too short for its shape")
+    shape = struct.unpack_from(f"<{ndim}q", blob, at)
+    at += 8 * ndim
+    (nbytes,) = struct.unpack_from("<q", blob, at)
+    at += 8
+    if any(d < 0 for d in shape):
+        raise _Bad(i, f"`ffi.Tensor` shape {list(shape)} has a negative dimension")
+    want = (math.prod(shape) * bits * lanes + 7) // 8
+    if nbytes != want or len(blob) - at != nbytes:
+        raise _Bad(i, f"`ffi.Tensor` of shape {list(shape)} holds {len(blob) - at} bytes, not {want}")
+
+
+# What the data of a plain node, and an inline field, may be.
+_PLAIN_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "None": lambda d: d is None,
+    "bool": lambda d: isinstance(d, bool),
+    "int": _is_int,
+    "float": _is_float,
+    "DataType": lambda d: isinstance(d, str) and _is_dtype(d),
+    "Device": lambda d: isinstance(d, list) and len(d) == 2 and all(_is_int(x) for x in d),
+    "ffi.String": lambda d: isinstance(d, str),
+    "ffi.Bytes": _is_base64,
+    "ffi.Shape": lambda d: isinstance(d, list) and all(_is_int(x) and x >= 0 for x in d),
+}
+_INLINE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "None": lambda v: v is None,
+    "int": _is_int,
+    "bool": lambda v: isinstance(v, bool),
+    "float": _is_float,
+    "dtype": lambda v: isinstance(v, str) and _is_dtype(v),
+}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
