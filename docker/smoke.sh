@@ -4,9 +4,11 @@
 # Steps (one line each, with timings): install podman/runc/debootstrap if missing; write podman's
 # configuration into a private work directory (CONTAINERS_CONF / CONTAINERS_STORAGE_CONF; nothing
 # system-wide is changed beyond installing packages); make a Debian bookworm base image with
-# debootstrap (cached between runs); build the image; run it on a loopback port; wait until healthy;
-# POST a /plan example and check the answer; check it runs as non-root; stop it and check it stopped
-# gracefully; clean up.
+# debootstrap (cached between runs); build the image; check it refuses to start without an API key
+# (it listens on 0.0.0.0: exit 2 naming DEVPLAN_API_KEYS and DEVPLAN_ALLOW_ANONYMOUS); run it with a
+# key on a loopback port; wait until healthy; POST a /plan example and check the answer (and, on the
+# full image, that issue 26's attack is a 400 and ran nothing); check it runs as non-root; stop it
+# and check it stopped gracefully; clean up.
 #
 # Exit status: 0 when every step passed; 1 on any failure; 0 with a "SKIPPED: <reason>" line only when
 # the container tools cannot be installed at all (no root, no apt-get, packages unavailable).
@@ -32,6 +34,10 @@ STOP_TIMEOUT=${DEVPLAN_SMOKE_STOP_TIMEOUT:-30}
 SUITE=bookworm
 BASE_PACKAGES=python3,python3-venv,python3-pip,ca-certificates
 TAG_SUFFIX=smoke-$$
+# The containers' API key (the image listens on 0.0.0.0, where the server needs one); smoke_http.py
+# sends it.
+DEVPLAN_SMOKE_KEY=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+export DEVPLAN_SMOKE_KEY
 WORK=""
 CONTAINER=""
 VOLUME=""
@@ -345,15 +351,31 @@ for variant in $VARIANTS; do
     STEP_NOTE="(size $size_mb)"
     step "image-config-$variant" check_image_config
 
+    refuses_without_key() {
+        local out code
+        set +e
+        out=$(podman run --rm --read-only --cap-drop ALL --security-opt no-new-privileges "$IMAGE" 2>&1)
+        code=$?
+        set -e
+        echo "$out"
+        echo "exit code $code"
+        [[ $code == 2 ]] || { echo "expected exit 2 without DEVPLAN_API_KEYS on 0.0.0.0"; return 1; }
+        [[ $out == *DEVPLAN_API_KEYS* && $out == *DEVPLAN_ALLOW_ANONYMOUS=1* ]] \
+            || { echo "the refusal does not name DEVPLAN_API_KEYS and DEVPLAN_ALLOW_ANONYMOUS=1"; return 1; }
+    }
+    STEP_NOTE="(no DEVPLAN_API_KEYS: exit 2)"
+    step "refuses-open-$variant" refuses_without_key
+
     PORT=$(free_port)
     CONTAINER=devplan-smoke-$variant-$$
     VOLUME=devplan-smoke-artifacts-$$
     run_container() {
         podman volume create "$VOLUME"
-        podman run --detach --name "$CONTAINER" --publish "127.0.0.1:$PORT:8000" \
+        # The key goes through the environment (`--env NAME` copies it), not the command line.
+        DEVPLAN_API_KEYS=$DEVPLAN_SMOKE_KEY podman run --detach --name "$CONTAINER" --publish "127.0.0.1:$PORT:8000" \
             --volume "$VOLUME:/var/lib/devplan/artifacts" --stop-timeout "$STOP_TIMEOUT" \
-            --env DEVPLAN_LOG_LEVEL=info --env DEVPLAN_GRACEFUL_TIMEOUT_S=20 --memory 2g --cpus 2 \
-            --read-only --cap-drop ALL --security-opt no-new-privileges "$IMAGE"
+            --env DEVPLAN_LOG_LEVEL=info --env DEVPLAN_GRACEFUL_TIMEOUT_S=20 --env DEVPLAN_API_KEYS \
+            --memory 2g --cpus 2 --read-only --cap-drop ALL --security-opt no-new-privileges "$IMAGE"
     }
     STEP_NOTE="(127.0.0.1:$PORT -> 8000)"
     step "run-$variant" run_container
@@ -375,6 +397,9 @@ for variant in $VARIANTS; do
     sed 's/^/[smoke]   | /' "$WORK/http-$variant.log"
 
     if [[ $variant == full ]]; then
+        nothing_ran() { podman exec "$CONTAINER" test ! -e /tmp/devplan-smoke-pwned; }
+        STEP_NOTE="(the attack's file /tmp/devplan-smoke-pwned is absent)"
+        step "attack-ran-nothing-$variant" nothing_ran
         tvm_in_container() { podman exec -i "$CONTAINER" python3 - <"$REPO/docker/smoke_tvm.py"; }
         step "tvm-$variant" tvm_in_container
         sed 's/^/[smoke]   | /' "$WORK/tvm-$variant.log"

@@ -6,12 +6,16 @@ failure raises SystemExit with a message, so the caller sees a non-zero exit sta
 
 Usage: python3 smoke_http.py BASE_URL VARIANT           (VARIANT: plan or full)
        python3 smoke_http.py --inflight BASE_URL OUT     (a slow /plan kept in flight across a stop)
+
+The container runs with an API key (it listens on 0.0.0.0, where `devplan serve` refuses to start
+without one): DEVPLAN_SMOKE_KEY in this process's environment is sent as `Authorization: Bearer`.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -36,12 +40,22 @@ class Reply:
         return json.loads(self.body)
 
 
-def request(base: str, method: str, path: str, payload: Any = None, timeout: float = 60.0) -> Reply:
-    """Send one request; HTTP error statuses are answers too (not exceptions)."""
+def auth_headers() -> dict[str, str]:
+    """The bearer header of DEVPLAN_SMOKE_KEY, when set."""
+    key = os.environ.get("DEVPLAN_SMOKE_KEY", "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def request(
+    base: str, method: str, path: str, payload: Any = None, timeout: float = 60.0, *, keyed: bool = True
+) -> Reply:
+    """Send one request (with the key unless `keyed` is False); HTTP error statuses are answers too."""
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(base + path, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    for name, value in (auth_headers() if keyed else {}).items():
+        req.add_header(name, value)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return Reply(resp.status, resp.headers.get("Content-Type", ""), resp.read())
@@ -97,6 +111,38 @@ def check_problem(base: str) -> str:
     expect(reply.content_type.startswith("application/problem+json"), f"content type {reply.content_type!r}")
     expect(bool(reply.json().get("locations")), f"no locations in {reply.json()}")
     return "400 application/problem+json"
+
+
+def check_key(base: str) -> str:
+    """With the key set, /plan needs it: 401 without, the health probes stay open."""
+    if not auth_headers():
+        return "no DEVPLAN_SMOKE_KEY: not checked"
+    reply = request(base, "POST", "/plan", {"module": EXAMPLE_MODULE}, keyed=False)
+    expect(reply.status == 401, f"/plan without the key answered {reply.status}: {reply.body[:200]!r}")
+    expect(request(base, "GET", "/healthz", keyed=False).status == 200, "/healthz needs a key")
+    return "401 without the key, /healthz open"
+
+
+ATTACK_MARKER = "/tmp/devplan-smoke-pwned"
+# Issue 26's example: TVM's parser would run the annotation's __import__ (the full image has TVM).
+ATTACK_MODULE = f"""@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((__import__("os").system("touch {ATTACK_MARKER}") + 4,), dtype="float32")):
+        return x
+"""
+
+
+def check_attack(base: str) -> str:
+    """TVMScript that would run code is a located 400; smoke.sh then checks the file is absent."""
+    reply = request(base, "POST", "/plan", {"module": ATTACK_MODULE})
+    expect(reply.status == 400, f"the attack answered {reply.status}: {reply.body[:300]!r}")
+    body = reply.json()
+    expect(body.get("type", "").endswith("/malformed-module"), f"not malformed-module: {body}")
+    where = [(loc["line"], loc["column"]) for loc in body.get("locations", [])]
+    line = ATTACK_MODULE.splitlines()[3]
+    expect(where[:1] == [(4, line.index("__import__") + 1)], f"refusal located at {where}")
+    return f"400 malformed-module at {where[0][0]}:{where[0][1]}"
 
 
 def check_docs(base: str) -> str:
@@ -194,7 +240,7 @@ def inflight(base: str, out: Path, n: int = 60_000) -> int:
     body = json.dumps({"module": chain_module(n), "timeout_ms": 120_000}).encode()
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
     t0 = time.perf_counter()
-    conn.request("POST", "/plan", body=body, headers={"Content-Type": "application/json"})
+    conn.request("POST", "/plan", body=body, headers={"Content-Type": "application/json", **auth_headers()})
     out.with_suffix(".sent").write_text("sent\n")
     result: dict[str, Any] = {}
     try:
@@ -220,6 +266,7 @@ def main(argv: list[str]) -> int:
         return inflight(argv[1].rstrip("/"), Path(argv[2]))
     base, variant = argv[0].rstrip("/"), argv[1]
     check("health", check_health, base)
+    check("key", check_key, base)
     check("plan", check_plan, base)
     check("problem", check_problem, base)
     check("docs", check_docs, base)
@@ -227,6 +274,7 @@ def main(argv: list[str]) -> int:
     check("version", check_version, base, variant)
     check("relax", check_relax, base, variant)
     if variant == "full":
+        check("attack", check_attack, base)
         check("compile", check_compile, base)
     return 0
 

@@ -7,11 +7,17 @@ the docs and schema, static pages (their own API calls carry the key) and
 take the compile keys when those are set, the API keys otherwise. Tokens are
 compared with `hmac.compare_digest` against every configured key, so the time
 taken does not depend on where a guess first differs nor on which key matched.
+
+No open service by accident (`serve_refusal`, docs/security.md): `devplan
+serve` on an address other than loopback (127.0.0.0/8, ::1, `localhost`)
+needs `DEVPLAN_API_KEYS`, since compile keys alone leave `/plan` open, unless
+`DEVPLAN_ALLOW_ANONYMOUS=1` says that is meant.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +30,40 @@ PUBLIC_PATHS = frozenset(
     {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/explore", "/explore/"}
 )
 COMPILE_PREFIXES = ("/compile", "/artifacts", "/jobs")
+
+
+def is_loopback(host: str) -> bool:
+    """`host` only reaches this machine: `localhost`, 127.0.0.0/8, ::1 (an
+    IPv4-mapped ::ffff:127.x too). Any other name or address may be reachable."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def serve_refusal(settings: Settings) -> str | None:
+    """Why `devplan serve` must not start with these settings, or None: a
+    non-loopback bind address without API keys and without the opt-out."""
+    if is_loopback(settings.host) or settings.allow_anonymous:
+        return None
+    if _split_keys(settings.api_keys.get_secret_value()):
+        return None
+    compile_only = (
+        " (DEVPLAN_COMPILE_API_KEYS alone does not count: it leaves /plan open)"
+        if _split_keys(settings.compile_api_keys.get_secret_value())
+        else ""
+    )
+    return (
+        f"refusing to serve on {settings.host!r}, which is not a loopback address, without API keys: "
+        f"anyone who can reach the port could use the service. Set DEVPLAN_API_KEYS=<key>[,<key>...]"
+        f"{compile_only}, bind 127.0.0.1, or set DEVPLAN_ALLOW_ANONYMOUS=1 to serve without keys anyway"
+    )
 
 
 def _split_keys(value: str) -> tuple[bytes, ...]:

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from service.planning import PlanJob
 
 
+# `devplan serve` refusing to start an open service (service.auth.serve_refusal).
+EXIT_SERVE_REFUSED = 2
+
+
 class UsageError(Exception):
     """A bad flag value or unreadable file: exit 1."""
 
@@ -191,7 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, default=10, help="timed runs per kernel, median kept (default 10)")
 
     s = sub.add_parser("serve", help="start the HTTP service (uvicorn)")
-    s.add_argument("--host", help="bind address (DEVPLAN_HOST, default 127.0.0.1)")
+    s.add_argument(
+        "--host",
+        help="bind address (DEVPLAN_HOST, default 127.0.0.1); any but loopback needs DEVPLAN_API_KEYS "
+        "(or DEVPLAN_ALLOW_ANONYMOUS=1)",
+    )
     # Flags that override one setting each (service/config.py; the env var and default in the help).
     serve_settings: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         ("--port", int, "port (DEVPLAN_PORT, default 8000)"),
@@ -688,6 +696,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = Settings()
     except Exception as err:  # noqa: BLE001 - pydantic ValidationError: a bad DEVPLAN_* value
         raise UsageError(f"invalid settings: {err}") from None
+    from service.auth import serve_refusal
+
+    refusal = serve_refusal(settings)
+    if refusal is not None:
+        sys.stderr.write(f"devplan serve: error: {refusal}\n")
+        return EXIT_SERVE_REFUSED
     # uvicorn handles SIGTERM/SIGINT itself (graceful shutdown), then re-raises the signal
     # with the handler it found installed. A no-op handler here makes that re-raise
     # harmless, so `devplan serve` returns normally and exits 0 after a clean shutdown

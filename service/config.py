@@ -121,6 +121,11 @@ class Settings(BaseSettings):
         description="When set, only these tokens may use /compile and /artifacts (comma-separated).",
     )
     metrics_require_key: bool = Field(False, description="Also require an API key for /metrics.")
+    allow_anonymous: bool = Field(
+        False,
+        description="Serve on a non-loopback address without DEVPLAN_API_KEYS anyway (`devplan serve` "
+        "refuses to otherwise; docs/security.md).",
+    )
     # Build farm (issue 20): docs/farm.md.
     queue_url: str = Field(
         "",
