@@ -80,7 +80,7 @@ def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
 class _Node:
     key: str
     label: str
-    kind: str  # op | call | param | if | match | result | const
+    kind: str  # op | call | param | if | match | result | const | use
     device: str
     cluster: int
     members: list[int] = field(default_factory=list)  # node ids
@@ -283,15 +283,34 @@ def build_picture(
         elif isinstance(n, Var) and any(n in f.params for f in roots if isinstance(f, Function)):
             node_for(n)
 
-    # Mark each copy once (a copied value used twice is one copy).
+    # Mark each copy once (a copied value used twice is one copy); copies at
+    # the same place (`f(%a, %a)` copies `%a` once per argument) each get an edge.
+    # Edges carry copy indices from here on (`record.site_copy`: a language that
+    # writes one copy per value and device merges sites).
+    twins: dict[int, list[int]] = {}
+    for k, (parent, child) in enumerate(sites):
+        group = twins.setdefault(site_of[(id(parent), id(child))], [])
+        if record.site_copy[k] not in group:
+            group.append(record.site_copy[k])
     marked: set[int] = set()
     final_edges: list[tuple[str, str, int | None]] = []
     for src, dst, site in edges:
-        if site is not None and site not in marked:
-            marked.add(site)
-            final_edges.append((src, dst, site))
+        free = [k for k in twins.get(site, ()) if k not in marked] if site is not None else []
+        if free:
+            marked.add(free[0])
+            final_edges.append((src, dst, free[0]))
         else:
             final_edges.append((src, dst, None))
+
+    # A copy into no drawn node (a value written into a reference, which the
+    # data flow does not follow) gets a small node of its own: every copy has its edge.
+    for k, c in enumerate(record.copies):
+        source = f"n{c.from_nodes[0]}" if c.from_nodes else ""
+        if k in marked or source not in nodes:
+            continue
+        nodes[f"u{k}"] = _Node(f"u{k}", "used by a reference", "use", c.dst, nodes[source].cluster, [c.from_nodes[0]])
+        marked.add(k)
+        final_edges.append((source, f"u{k}", k))
 
     nodes, final_edges = _fold(nodes, final_edges, arg_pos)
     _price(module, nodes, result, config)
@@ -455,7 +474,9 @@ def _emit(
         folded_total += len(folded)
         color = legend.get(first.device, "#ffffff")
         classes = [first.kind, f"dev-{dev_index.get(first.device, 0)}"]
-        shape = {"param": "ellipse", "result": "doubleoctagon", "const": "note"}.get(first.kind, "box")
+        shape = {"param": "ellipse", "result": "doubleoctagon", "const": "note", "use": "plaintext"}.get(
+            first.kind, "box"
+        )
         weights = f"+{len(folded)} weight{'s' if len(folded) != 1 else ''}" if folded else ""
         if len(group) > 1:
             collapsed += 1

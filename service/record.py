@@ -73,6 +73,9 @@ class Naming:
     names: Mapping[int, NodeName] = field(default_factory=dict)
     annotation: str = "on_device"
     copy: str = "device_copy"
+    # Relax writes one `R.to_vdevice` per value and device (service/relax_planning.py),
+    # Relay one `device_copy` per use: the record counts copies as the module is written.
+    one_copy_per_value: bool = False
 
     def of(self, expr: Expr, default: str) -> tuple[str, str | None, relay.Span | None]:
         """(name, binding, location) of `expr`: its own name and span when the
@@ -182,8 +185,9 @@ class ResultEntry:
 class PlacementRecord:
     """The record of one plan (module docstring). `module` is the planner's
     input, `result` its plan; `sites` (one per copy, the same order as
-    `copies`: input parent, input child, planned copy) and `type_of` stay
-    internal, for views that draw the module's structure (the picture)."""
+    `copies`: input parent, input child, planned copy; `site_copy[k]` is the
+    copy that site k is part of) stay internal, for views that draw the
+    module's structure (the picture)."""
 
     language: str
     placements: tuple[PlacementEntry, ...]
@@ -194,6 +198,7 @@ class PlacementRecord:
     module: Module = field(repr=False)
     result: solver.PlanResult = field(repr=False)
     sites: tuple[tuple[Expr | None, Expr, Call], ...] = field(repr=False, default=())
+    site_copy: tuple[int, ...] = field(repr=False, default=())
     naming: Naming = field(repr=False, default=RELAY)
 
     def by_node(self) -> dict[int, PlacementEntry]:
@@ -436,8 +441,11 @@ class PlacementGraph:
         gives the sizes' type function, asked only when there are copies."""
         sites = solver.align(self.roots, planned_roots(list(planned.functions), self.from_expr)).copies
         site_of: dict[tuple[int, int], int] = {}
+        twin_of: dict[int, int] = {}  # a second copy at the same place (`f(%a, %a)`: one per argument)
         for k, (parent, child, _) in enumerate(sites):
-            site_of.setdefault((id(parent), id(child)), k)
+            first = site_of.setdefault((id(parent), id(child)), k)
+            if first != k:
+                twin_of[k] = first
 
         def crossing(p: Expr, c: Expr) -> int | None:
             return site_of.get((id(p), id(c)))
@@ -463,6 +471,10 @@ class PlacementGraph:
                     if site is not None:
                         _add(ends_from[site], src)
                         into.setdefault(site, self.function_of[id(n)])
+        for k, first in twin_of.items():
+            ends_from[k], ends_to[k] = list(ends_from[first]), list(ends_to[first])
+            if first in into:
+                into[k] = into[first]
         out: list[CopyEntry] = []
         type_of = types() if sites else None
         for k, (parent, child, call) in enumerate(sites):
@@ -554,6 +566,7 @@ def build_record(
     sites, copies, result_inputs = graph.copies(
         result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module, stated))
     )
+    copies, site_copy = _as_written(copies) if graph.naming.one_copy_per_value else (copies, list(range(len(copies))))
     placements = tuple(
         PlacementEntry(
             g.node,
@@ -590,8 +603,31 @@ def build_record(
         module,
         result,
         tuple(sites),
+        tuple(site_copy),
         graph.naming,
     )
+
+
+def _as_written(copies: Sequence[CopyEntry]) -> tuple[list[CopyEntry], list[int]]:
+    """One copy per copied value and device (the sites' copies merged, their
+    consumers together), and which merged copy each site is."""
+    merged: list[CopyEntry] = []
+    index: dict[tuple[Any, ...], int] = {}
+    site_copy: list[int] = []
+    for c in copies:
+        key = (c.from_nodes, c.src, c.dst)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(merged)
+            merged.append(c)
+        else:
+            first = merged[k]
+            to_nodes = tuple(_unique((*first.to_nodes, *c.to_nodes)))
+            merged[k] = dataclasses.replace(
+                first, to_nodes=to_nodes, into_result=None if to_nodes else first.into_result or c.into_result
+            )
+        site_copy.append(k)
+    return merged, site_copy
 
 
 def _types(module: Module, stated: bool) -> Callable[[Expr], Any] | None:

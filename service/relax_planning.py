@@ -113,7 +113,7 @@ def naming(translation: Translation) -> Naming:
     for params in translation.params.values():
         for var, node in params:
             names[id(node)] = NodeName(str(var.name), str(var.name), str(var.name))
-    return Naming("relax", names, ANNOTATION, COPY)
+    return Naming("relax", names, ANNOTATION, COPY, one_copy_per_value=True)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,135 @@
+"""Every view of one plan, read back and compared (issue 29): the `/plan`
+summary, `--explain`, the report, the diff against a plan without copies, the
+picture's DOT. Each reader parses a view's own output; `check_views` says
+that they all give the same copies at the same locations between the same
+placements, and the same placements on the same devices."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from service import diff
+from service.planning import PlanJob, PlanOutcome, plan_report
+from service.record import copy_ends
+from service.report import load_schema
+from service.units import bytes_text
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+RELAX = CORPUS / "relax"
+NO_COLLAPSE = {"max_nodes": 1_000_000}
+
+_COPY_EDGE = re.compile(r'^\s*"(?P<a>[^"]+)" -> "(?P<b>[^"]+)" \[id="copy(?P<k>\d+)", class="copy".*label=" copy (?P<bytes>[^"]*)"\];$')
+_NODE = re.compile(r'^\s*"(?P<key>[nr]\d+)" \[id="(?P=key)", class="(?P<classes>[^"]*)"')
+_LEGEND = re.compile(r'\[id="legend-(?P<name>[^"]+)", class="legend-entry legend-device dev-(?P<index>\d+)"')
+
+
+def schema_errors(report: dict[str, Any]) -> list[str]:
+    """The report's JSON Schema violations (empty when it validates)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+    return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(report)]
+
+
+def plan_views(job: PlanJob) -> tuple[PlanOutcome, dict[str, Any]]:
+    """One plan with every view: explanation, picture (nothing collapsed) and report."""
+    import dataclasses
+
+    return plan_report(dataclasses.replace(job, explain=True, picture=dict(NO_COLLAPSE)))
+
+
+def picture_copies(dot: str) -> list[tuple[str, str, int, str]]:
+    """(from key, to key, copy index, bytes label) of each copy edge of a picture's DOT."""
+    out = []
+    for line in dot.splitlines():
+        found = _COPY_EDGE.match(line)
+        if found:
+            out.append((found["a"], found["b"], int(found["k"]), found["bytes"]))
+    return sorted(out, key=lambda e: e[2])
+
+
+def picture_devices(dot: str) -> dict[int, str]:
+    """node id -> device name of each placement drawn on its own (legend colors read back)."""
+    legend = {m["index"]: m["name"] for m in _LEGEND.finditer(dot)}
+    out: dict[int, str] = {}
+    for line in dot.splitlines():
+        found = _NODE.match(line)
+        if found is None or not found["key"].startswith("n"):
+            continue
+        classes = found["classes"].split()
+        if "collapsed" in classes:
+            continue
+        dev = next(c[4:] for c in classes if c.startswith("dev-"))
+        out[int(found["key"][1:])] = legend[dev]
+    return out
+
+
+def explained_copies(lines: list[str], word: str) -> list[str]:
+    """The copy lines of `--explain` (`device_copy at 4:8: cpu -> cuda (...)`)."""
+    return [line for line in lines if line.startswith(f"{word} at ")]
+
+
+def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, Any] | None) -> None:
+    """All views of one plan agree (module docstring). `before`: the report of
+    a plan of the same module without copies, for the diff (None: no diff)."""
+    assert not schema_errors(report), schema_errors(report)[:5]
+    copies = report["copies"]
+    by_node = {p["node"]: p for p in report["placements"]}
+    # The response summary (what /explore's copies panel lists) and the report.
+    assert [(c["line"], c["column"], c["src"], c["dst"]) for c in outcome.summary["device_copies"]] == [
+        (c["line"], c["column"], c["src"], c["dst"]) for c in copies
+    ]
+    # --explain: one line per copy, at the same place, naming the same placements.
+    word = "R.to_vdevice" if any(p.get("binding") for p in report["placements"]) else "device_copy"
+    assert outcome.explanation is not None
+    lines = explained_copies(outcome.explanation, word)
+    expected = []
+    for c in copies:
+        where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
+        expected.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)})")
+    assert lines == expected
+    # Every copy has a producer, and its location is the producer's (where the text has one).
+    for c in copies:
+        assert c["from"], c
+        sources = [by_node[n] for n in c["from"]]
+        assert all(p["device"] == c["src"] for p in sources), c
+        assert all(by_node[n]["device"] == c["dst"] for n in c["to"]), c
+        # At the producer: the source placement itself, or a value made from it that is
+        # no placement (a tuple projection `%states.0`), never another placement's place.
+        at = (c["line"], c["column"])
+        if len(sources) == 1 and sources[0]["line"] is not None and at != (sources[0]["line"], sources[0]["column"]):
+            assert all((p["line"], p["column"]) != at for p in report["placements"]), (c, sources[0])
+    # The picture: one red edge per copy, between the copy's own ends, with its bytes.
+    assert outcome.picture is not None
+    dot = outcome.picture["dot"]
+    edges = picture_copies(dot)
+    assert [k for _, _, k, _ in edges] == list(range(len(copies)))
+    for a, b, k, label in edges:
+        c = copies[k]
+        assert int(a[1:]) in c["from"], (a, c)
+        assert (
+            (b.startswith("n") and int(b[1:]) in c["to"])
+            or (b.startswith("r") and c["into_result"])
+            or (b == f"u{k}" and not c["to"] and not c["into_result"])  # into a reference
+        ), (b, c)
+        assert label == bytes_text(c["bytes"])
+    # The picture's devices are the report's.
+    for node, device in picture_devices(dot).items():
+        if node in by_node:
+            assert by_node[node]["device"] == device, (node, device)
+    # The diff: against itself nothing; against a plan without copies, exactly these copies added.
+    same = diff.diff_reports(report, report)
+    assert not same["changed"] and same["matched"] == len(report["placements"])
+    if before is not None:
+        assert not before["copies"]
+        delta = diff.diff_reports(before, report)
+        assert not delta["copies_removed"]
+        keys = ("src", "dst", "bytes", "line", "column", "from", "to", "into_result")
+        assert Counter(tuple(map(str, (c[k] for k in keys))) for c in delta["copies_added"]) == Counter(
+            tuple(map(str, (c[k] for k in keys))) for c in copies
+        )
+        for c in delta["copies_added"]:
+            assert c["ends"] == copy_ends(c, by_node)
