@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.ast import Module
+from relay.ast import Function, GlobalVar, Module
 from relay.device import VirtualDevice
 
 from ..collect import Collector, is_optimizable
@@ -65,6 +65,16 @@ class Optimized:
     problem: Problem
     solution: Solution
     weights: Weights
+
+
+def entry_function(functions: Sequence[tuple[GlobalVar, Function]]) -> Function | None:
+    """The function whose parameters are the weights a budget counts: @main,
+    else the only global function (`relax.frontend.nn` names its entry
+    `forward`, issue 30); None when there are several and none is @main."""
+    main = next((f for gv, f in functions if gv.name == "main"), None)
+    if main is None and len(functions) == 1:
+        return functions[0][1]
+    return main
 
 
 def plan_optimize(
@@ -124,8 +134,7 @@ def optimize(
     assert isinstance(collector, CutCollector)
 
     candidates = candidate_devices(ds, devices.table, [devices.default, devices.host])
-    main = next((f for gv, f in functions if gv.name == "main"), None)
-    built = build_problem(collector.cuts(), candidates, devices.default, config, sizes, main)
+    built = build_problem(collector.cuts(), candidates, devices.default, config, sizes, entry_function(functions))
     problem = built.problem
     lap("build")
     conflict = support_conflict(ds, built, "device conflict: pins and operator support disagree: ")
@@ -327,8 +336,7 @@ def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[i
     sizes.run([f for _, f in tvm_collector.functions if is_optimizable(f)])
     cut = as_cut(tvm_collector)
     candidates = candidate_devices(tvm_collector.ds, internals.table, [internals.default, internals.host])
-    main = next((f for gv, f in tvm_collector.functions if gv.name == "main"), None)
-    built = build_problem(cut, candidates, internals.default, config, sizes, main)
+    built = build_problem(cut, candidates, internals.default, config, sizes, entry_function(tvm_collector.functions))
     problem = built.problem
     conflict = support_conflict(tvm_collector.ds, built, "")
     if conflict is not None:
