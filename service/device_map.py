@@ -41,6 +41,7 @@ from typing import Any
 
 import solver
 from relay.ast import Function, Module
+from service.record import PlacementRecord
 
 SPLIT = "split"
 KIND_OPERATOR = "operator"
@@ -196,6 +197,13 @@ def device_map(placements: Sequence[Mapping[str, Any]], params: Sequence[Functio
         device = devices[0] if len(devices) == 1 else (SPLIT if devices else "none")
         out.append(DeviceGroup(g.name, device, tuple(g.operators.items()), g.parameter_bytes))
     return out
+
+
+def record_device_map(record: PlacementRecord) -> list[DeviceGroup]:
+    """The device map of a plan from its placement record (the placements
+    and the planned module's parameters; a Relax translation keeps each
+    function's `num_input`)."""
+    return device_map(record.placements_json(), function_params(record.module))
 
 
 def device_map_table(groups: Sequence[DeviceGroup]) -> str:

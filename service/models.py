@@ -575,6 +575,13 @@ class PlanResponse(BaseModel):
         description='With `include: ["placements"]`: predicted_ms (in TVM mode the cost model\'s price of the '
         "TVM plan), basis (tvm-plan | optimize), reason, copies, bytes_copied, per_device.",
     )
+    device_map: list[dict[str, Any]] | None = Field(
+        None,
+        description='Relax modules, with `include: ["placements"]`: the plan as a device map, one entry per '
+        "module of the model read off its weight names (`model_layers_3`; swap `_` for `.` to line it up with "
+        'accelerate\'s `device_map`): module, device ("cuda", "cpu" or "split" when its operators are on several '
+        "devices), operators (count per device), parameter_bytes. Schema: schemas/report.schema.json.",
+    )
 
 
 # --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import solver
 from relay.detect import detect_language
 from service import errors
 from service.compile_targets import compile_targets
+from service.device_map import device_map_table, record_device_map
 from service.picture import build_picture
 from service.record import (
     KIND_PARAMETER,
@@ -227,6 +228,8 @@ class PlanOutcome:
     placements: list[dict[str, Any]] | None = None
     copies: list[dict[str, Any]] | None = None
     prediction: dict[str, Any] | None = None
+    # Issue 30: a Relax plan's device map (service.device_map), with `include: ["placements"]`.
+    device_map: list[dict[str, Any]] | None = None
     # Issue 18: the copies TVM 0.19 omits that the plan has, the operators the
     # type check could not check, and what the client should know.
     divergences: list[dict[str, Any]] = field(default_factory=list)
@@ -243,6 +246,7 @@ class PlanOutcome:
             "placements": self.placements,
             "copies": self.copies,
             "prediction": self.prediction,
+            "device_map": self.device_map,
         }
         return {
             "module": self.module,
@@ -429,6 +433,8 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         outcome.placements = record.placements_json()
         outcome.copies = record.copies_json()
         outcome.prediction = prediction(record, config)
+        if record.language == "relax":
+            outcome.device_map = [g.to_json() for g in record_device_map(record)]
     if job.picture is not None:
         outcome.picture = build_picture(record, config=config, **job.picture).to_json()
     if job.explain:
@@ -640,6 +646,11 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
     lines.extend(f"notice: {n}" for n in outcome.notices)
     if outcome.cost is not None:
         lines.extend(cost_lines(outcome.cost))
+    if record.language == "relax":
+        groups = record_device_map(record)
+        if groups:
+            lines.append("device map (modules by weight names, issue 30):")
+            lines.extend(device_map_table(groups).splitlines())
     return lines
 
 

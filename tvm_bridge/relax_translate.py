@@ -616,6 +616,7 @@ class _Translator:
             tuple(params),
             body,
             relay_type(func.ret_ty),
+            attrs=_kept_attrs(func),
             virtual_device=self.device_of_vdevice(ret_vd) if ret_vd is not None else None,
             span=self.span(func),
         )
@@ -823,6 +824,16 @@ def _with_type(node: ast.Expr, ty: ast.Type | None) -> ast.Expr:
     if ty is None or isinstance(node, (ast.Var, ast.GlobalVar, ast.Op)):
         return node
     return dataclasses.replace(node, checked_type=ty)
+
+
+def _kept_attrs(func: Any) -> tuple[tuple[str, Any], ...]:
+    """The function attributes the planner's views read: `num_input`, how
+    many leading parameters are data inputs (the rest are weights; the
+    device-map view of issue 30 groups only weights)."""
+    attrs = func.attrs
+    if attrs is not None and "num_input" in attrs:
+        return (("num_input", int(attrs["num_input"])),)
+    return ()
 
 
 def _ret_vdevice(func: Any) -> Any:
