@@ -12,8 +12,8 @@ they compute, never by node ids or line numbers:
    list, so renaming a variable (parameter or let-bound) changes nothing.
    Operator attributes are not part of the identity: a conv whose strides
    changed is the same node. Two placements with the same identity on the same
-   side are told apart by the identities of their consumers, then by their order
-   of evaluation.
+   side are told apart by their Relax binding (`lv41`) where both have one, then
+   by the identities of their consumers, then by their order of evaluation.
 2. *Exact pass.* Placements whose whole upstream cone is identical match.
    Reordering independent bindings, adding lines above, or an edit in another
    function or branch that shifts node ids moves nothing.
@@ -120,17 +120,24 @@ def match(before: Sequence[Placement], after: Sequence[Placement]) -> Matching:
         fwd[x] = y
         bwd[y] = x
 
-    # 2. Exact pass: same deep identity; split duplicates by consumers, then order.
-    for level in ("sig2", "sig"):
+    # 2. Exact pass: same deep identity; split duplicates by binding (Relax),
+    # then by consumers, then by order.
+    def bound(side: _Side) -> dict[int, Any]:
+        return {n: (side.sig2[n], p["binding"]) for n, p in side.by_node.items() if p.get("binding")}
+
+    tables = (
+        (bound(a), bound(b)),
+        (a.sig2, b.sig2),
+        (a.sig, b.sig),
+    )
+    for table_a, table_b in tables:
         groups_a: dict[Any, list[int]] = {}
         groups_b: dict[Any, list[int]] = {}
-        table_a = a.sig2 if level == "sig2" else a.sig
-        table_b = b.sig2 if level == "sig2" else b.sig
         for n in a.order:
-            if n not in fwd:
+            if n not in fwd and n in table_a:
                 groups_a.setdefault(table_a[n], []).append(n)
         for n in b.order:
-            if n not in bwd:
+            if n not in bwd and n in table_b:
                 groups_b.setdefault(table_b[n], []).append(n)
         for s, xs in groups_a.items():
             for x, y in zip(xs, groups_b.get(s, ())):
@@ -368,7 +375,7 @@ def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResu
             noun = "copy" if n == 1 else "copies"
             out.append(RuleResult(r, n > 0, f"{n} {noun} added ({nbytes} bytes)" if n else "no copy added"))
         elif r.kind == "moved-to":
-            hits = [m for m in diff["moved"] if m["after"]["device"] == r.device]
+            hits = [m for m in diff["moved"] if _is_device(m["after"]["device"], r.device)]
             text = ", ".join(_node_text(m["after"]) for m in hits[:10])
             more = f" and {len(hits) - 10} more" if len(hits) > 10 else ""
             msg = f"{len(hits)} moved to {r.device}: {text}{more}" if hits else f"nothing moved to {r.device}"
@@ -391,6 +398,13 @@ def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResu
                 RuleResult(r, bool(diff["changed"]), f"{n} changes" if diff["changed"] else "no change")
             )
     return out
+
+
+def _is_device(name: str, wanted: str) -> bool:
+    """Whether the device named `name` in a report is the rule's `wanted`: the
+    same name, or `wanted` with details (`cpu (target llvm -mtriple=...)` is a
+    `cpu`; a rule naming details matches them exactly)."""
+    return name == wanted or ("(" not in wanted and name.partition(" (")[0] == wanted)
 
 
 # ---------------------------------------------------------------------------

@@ -96,8 +96,7 @@ def naming(translation: Translation) -> Naming:
     args: dict[int, str] = {}  # the operands as TVMScript names them, for messages
     for b in translation.bindings.values():
         if b.node is not None and isinstance(b.value, relax.Call):
-            words = (str(a.name) if isinstance(a, relax.Var) else "..." for a in b.value.args)
-            args.setdefault(id(real_node(b.node)), ", ".join(words))
+            args.setdefault(id(real_node(b.node)), _operands(b.value))
     for key, found in binding_names(translation).items():
         node = nodes.get(key)
         name = found.op
@@ -109,11 +108,17 @@ def naming(translation: Translation) -> Naming:
     for hint in translation.bindings.values():
         if hint.kind == "hint" and hint.node is not None:
             var = str(hint.var.name)
-            names.setdefault(id(hint.node), NodeName(ANNOTATION, var, f"{var} = {ANNOTATION}(...)", hint.span))
+            text = f"{var} = {ANNOTATION}({_operands(hint.value)})"
+            names.setdefault(id(hint.node), NodeName(ANNOTATION, var, text, hint.span))
     for params in translation.params.values():
         for var, node in params:
             names[id(node)] = NodeName(str(var.name), str(var.name), str(var.name))
     return Naming("relax", names, ANNOTATION, COPY, one_copy_per_value=True)
+
+
+def _operands(call: Any) -> str:
+    """A call's operands as TVMScript names them (`x, ...`: variables by name)."""
+    return ", ".join(str(a.name) if isinstance(a, relax.Var) else "..." for a in call.args)
 
 
 @dataclass(frozen=True)
