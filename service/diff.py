@@ -375,6 +375,7 @@ def check_rules(diff: Mapping[str, Any], rules: Sequence[Rule]) -> list[RuleResu
             noun = "copy" if n == 1 else "copies"
             out.append(RuleResult(r, n > 0, f"{n} {noun} added ({nbytes} bytes)" if n else "no copy added"))
         elif r.kind == "moved-to":
+            assert r.device is not None
             hits = [m for m in diff["moved"] if _is_device(m["after"]["device"], r.device)]
             text = ", ".join(_node_text(m["after"]) for m in hits[:10])
             more = f" and {len(hits) - 10} more" if len(hits) > 10 else ""
