@@ -6,6 +6,8 @@ redone from the recorded numbers (docs/calibration.md has the method):
     python benchmarks/calibrate.py measure [--models mlp resnet18 ...]   # needs TVM; minutes
     python benchmarks/calibrate.py fit                                    # reads the record
     python benchmarks/calibrate.py fit-tables T.json ... --models M ... --device cuda   # a GPU
+    python benchmarks/calibrate.py measure-relax [--models tv_resnet18 ...]  # Relax corpus, all-cpu runs
+    python benchmarks/calibrate.py relax-table                            # their predictions vs the record
 
 `measure` builds each model all-cpu with the bridge (TVM 0.27 default llvm
 schedules, as `devplan compile` does), times the whole model on the Relax VM,
@@ -146,7 +148,10 @@ def model_kernels(module: ast.Module) -> list[tuple[str, Any]]:
 def _features(work: Any) -> dict[str, Any]:
     """A kernel's record fields: class, FLOPs, bytes moved, output elements."""
     part = work.parts[0]
-    return {"class": part.op_class, "flops": part.flops, "bytes": work.bytes_moved, "outputs": part.outputs}
+    features = {"class": part.op_class, "flops": part.flops, "bytes": work.bytes_moved, "outputs": part.outputs}
+    if part.operand_bytes:
+        features["operand_bytes"] = part.operand_bytes
+    return features
 
 
 def measure(models: Sequence[str], repeat: int, kernel_budget_s: float) -> dict[str, Any]:
@@ -240,6 +245,262 @@ def merge_best(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------
+# Relax models exported from PyTorch (issue 28): whole-model runs (needs TVM)
+
+RELAX_CORPUS = CORPUS / "relax"
+RELAX_RECORD = ROOT / "benchmarks" / "calibration_relax.json"
+RELAX_MODELS = (
+    "tv_resnet18",
+    "tv_mobilenet_v3_small",
+    "tv_convnext_tiny",
+    "tv_swin_t",
+    "tv_vit_b_16",
+    "hf_bert",
+    "hf_gpt2",
+)
+
+
+def load_relax(name: str) -> Any:
+    """A Relax corpus model (its TVM JSON) as an IRModule."""
+    from tvm_bridge.relax_plan import read_relax
+
+    mod, _ = read_relax((RELAX_CORPUS / f"{name}.json").read_text(), "json")
+    return mod
+
+
+def relax_inputs(mod: Any, seed: int = 0) -> list[Any]:
+    """Inputs for `mod`'s `main`: floats standard normal (weights scaled by
+    fan-in), integers 0 or 1 (token ids: a valid row of any table), booleans
+    random."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in mod["main"].params:
+        shape = tuple(int(d) for d in p.ty.shape.values)
+        dtype = str(p.ty.dtype)
+        if dtype == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif dtype.startswith(("int", "uint")):
+            out.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            value = rng.standard_normal(shape).astype(dtype)
+            if len(shape) > 1:
+                value *= 1.0 / math.sqrt(max(1, math.prod(shape[1:])))
+            out.append(value)
+    return out
+
+
+def measure_relax(models: Sequence[str], repeat: int, budget_s: float) -> dict[str, Any]:
+    """Each Relax model built all-cpu through the bridge (`tvm_bridge.compile`,
+    llvm, no vdevices) and its `main` timed on the Relax VM with the inputs on
+    the cpu: best of up to `repeat` calls within `budget_s` (after one warm-up)."""
+    import tvm
+
+    import tvm_bridge
+
+    record: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "machine": _machine(),
+        "tvm": str(tvm.__version__),
+        "target": "llvm",
+        "note": "VM call with inputs on the device; best of the runs; 2-core box shared with other work",
+        "models": {},
+    }
+    for name in models:
+        mod = load_relax(name)
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        try:
+            compiled = tvm_bridge.compile(mod)
+        except tvm_bridge.BridgeError as err:
+            log.info("%s: TVM cannot build it for the cpu: %s", name, str(err).splitlines()[0])
+            record["models"][name] = {"error": str(err).splitlines()[0]}
+            continue
+        compile_s = time.perf_counter() - start
+        run_ms, runs = _timed_runs(compiled.executable, relax_inputs(mod), repeat, budget_s)
+        log.info("%s: compile %.1f s, run %.2f ms (best of %d, load %.1f)", name, compile_s, run_ms, runs, load)
+        record["models"][name] = {
+            "run_ms": round(run_ms, 3),
+            "runs": runs,
+            "compile_s": round(compile_s, 1),
+            "load_average": round(load, 2),
+        }
+    return record
+
+
+def _timed_runs(executable: Any, inputs: Sequence[Any], repeat: int, budget_s: float) -> tuple[float, int]:
+    """(best ms, runs) of calls of `main` with the inputs on the cpu: one
+    warm-up, then up to `repeat` calls within `budget_s`. A model whose
+    warm-up alone takes longer than `budget_s` is not run again: the warm-up
+    is its one run (a first call's allocations are noise at that length)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, [dev])
+    args = [tvm.runtime.tensor(np.asarray(x), dev) for x in inputs]
+    start = time.perf_counter()
+    vm["main"](*args)
+    first = time.perf_counter() - start
+    if first > budget_s:
+        return first * 1e3, 1
+    times: list[float] = []
+    spent = time.perf_counter()
+    for _ in range(repeat):
+        start = time.perf_counter()
+        vm["main"](*args)
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() - spent > budget_s:
+            break
+    return min(times) * 1e3, len(times)
+
+
+def relax_kernel_modules(mod: Any) -> list[tuple[str, Any, Any]]:
+    """(cost key, KernelWork, one-kernel IRModule) of every distinct kernel of
+    `mod` as the optimizer sees it (its translation, stated types and
+    `kernel_work`). A linear layer the translation folds into `nn.dense` is
+    timed as it is built: its `permute_dims` and its `matmul` together."""
+    import tvm
+    from tvm import relax
+
+    from tvm_bridge.relax_translate import _key, real_node, translate
+
+    translation = translate(mod, None, "optimize")
+    type_of, _ = solver.module_types(translation.module, stated=True)
+    sizes = Sizes(type_of, 1)
+    sizes.run([f for _, f in translation.module.functions])
+    folded_by = {matmul: permute for permute, matmul in translation.folded.items()}
+    found: dict[str, tuple[str, Any, Any]] = {}
+    for key, b in translation.bindings.items():
+        if b.kind != "op" or b.node is None or key in translation.folded:
+            continue
+        node = real_node(b.node)
+        if not (isinstance(node, ast.Call) and isinstance(node.op, ast.Op)) or node.op.name.startswith("relax.call"):
+            continue
+        cost_key = solver.cost_key(node.op.name, [type_of(a) for a in node.args], node.attrs)
+        if cost_key in found:
+            continue
+        bindings = [translation.bindings[folded_by[key]], b] if key in folded_by else [b]
+        found[cost_key] = (cost_key, kernel_work(node, sizes, 1), _one_kernel(bindings, tvm, relax, _key))
+    return list(found.values())
+
+
+def _one_kernel(bindings: Sequence[Any], tvm: Any, relax: Any, key: Any) -> Any:
+    """`main` computing `bindings` (translation bindings) from their free variables."""
+    defined = {key(b.var) for b in bindings}
+    params: dict[int, Any] = {}
+    for b in bindings:
+        for v in relax.analysis.free_vars(b.value):
+            if key(v) not in defined and key(v) not in params:
+                params[key(v)] = relax.Var(str(v.name), v.ty)
+    remap = dict(params)
+
+    def sub(e: Any) -> Any:
+        if isinstance(e, relax.Var):
+            return remap[key(e)]
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([sub(f) for f in e.fields])
+        return e
+
+    bb = relax.BlockBuilder()
+    with bb.function("main", list(params.values())):
+        out = None
+        for b in bindings:
+            value = b.value
+            out = bb.emit(relax.Call(value.op, [sub(a) for a in value.args], value.attrs, value.ty_args))
+            remap[key(b.var)] = out
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def measure_relax_kernels(models: Sequence[str], repeat: int, budget_s: float) -> dict[str, Any]:
+    """Every distinct kernel of each model timed alone (one-kernel modules built
+    all-cpu through the bridge), with the optimizer's view of it."""
+    import tvm_bridge
+
+    out: dict[str, Any] = {}
+    for name in models:
+        kernels = []
+        works = relax_kernel_modules(load_relax(name))
+        calls = _relax_kernel_calls(name)
+        for key, work, one in works:
+            try:
+                built = tvm_bridge.compile(one)
+            except tvm_bridge.BridgeError as err:
+                log.info("  %s: TVM cannot build it: %s", key, str(err).splitlines()[0])
+                continue
+            ns = _vm_call_ms(built.executable, relax_inputs(one), repeat, budget_s) * 1e6
+            kernels.append({"key": key, "calls": calls.get(key, 1), "ns": round(ns), **_features(work)})
+            log.info("  %-60s %-14s %12.1f us", key[:60], work.parts[0].op_class, ns / 1e3)
+        out[name] = kernels
+    return out
+
+
+def _relax_kernel_calls(name: str) -> dict[str, int]:
+    """Calls per cost key in model `name` (the optimizer's kernels)."""
+    from tvm_bridge.relax_translate import translate
+
+    translation = translate(load_relax(name), None, "optimize")
+    type_of, _ = solver.module_types(translation.module, stated=True)
+    roots: list[ast.Expr] = [f for _, f in translation.module.functions]
+    counts: dict[str, int] = {}
+    for node in relay.traverse.post_order(roots):
+        if isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name not in ("on_device", "device_copy"):
+            key = solver.cost_key(node.op.name, [type_of(a) for a in node.args], node.attrs)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def merge_best_runs(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` with `old`'s models it lacks, and the faster run of a model both
+    measured on the same machine and TVM (a shared box only slows runs down)."""
+    out = dict(new)
+    models = dict(old.get("models", {}))
+    same = old.get("machine") == new.get("machine") and old.get("tvm") == new.get("tvm")
+    for name, model in new["models"].items():
+        before = models.get(name)
+        faster = before is None or "run_ms" not in before or model.get("run_ms", math.inf) <= before["run_ms"]
+        models[name] = model if not same or faster else before
+    out["models"] = models
+    kernels = dict(old.get("kernels", {}))
+    for name, new_kernels in new.get("kernels", {}).items():
+        best = {k["key"]: k["ns"] for k in kernels.get(name, [])} if same else {}
+        kernels[name] = [{**k, "ns": min(k["ns"], best.get(k["key"], k["ns"]))} for k in new_kernels]
+    out["kernels"] = kernels
+    return out
+
+
+def predict_relax_ms(name: str) -> float:
+    """The optimizer's prediction of Relax model `name` all on the cpu."""
+    from service.relax_planning import plan_relax
+
+    config = solver.PlanConfig(mode="optimize", default_device="cpu", host_device="cpu", virtual_devices=("cpu",))
+    cost = plan_relax(load_relax(name), config).result.cost
+    assert cost is not None
+    return float(cost.predicted_ms)
+
+
+def relax_table(record: Mapping[str, Any]) -> str:
+    """The Relax calibration table (markdown): prediction, measured run, ratio."""
+    rows = []
+    for name, model in record["models"].items():
+        pred = predict_relax_ms(name)
+        if "run_ms" not in model:  # TVM could not build it
+            rows.append((name, f"{pred:.1f}", "-", "-", "-", model.get("error", "")))
+            continue
+        meas = float(model["run_ms"])
+        ratio = pred / meas
+        rows.append(
+            (name, f"{pred:.1f}", f"{meas:.1f}", f"{ratio:.2f}", "yes" if 1 / 3 <= ratio <= 3 else "NO",
+             f"best of {model['runs']}, load {model['load_average']:.1f}")
+        )
+    head = f"Relax models all-cpu (built-in llvm profile vs runs recorded {record['date']}, {record['machine']['cpu']}):"
+    return head + "\n" + _table(rows, ("model", "predicted ms", "measured ms", "ratio", "within 3x", "run"))
+
+
+# ---------------------------------------------------------------------------
 # fit and report (no TVM)
 
 # The all-GPU runs of the bridge's builds on an NVIDIA H200 (issue 17), ms.
@@ -281,7 +542,48 @@ def fit_llvm(record: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
             if work is None:
                 continue
             samples.setdefault(work.parts[0].op_class, []).append((work, float(k["ns"]), float(k["calls"])))
-    return launch_us, fit_classes(samples, LLVM_BASE, launch_us, saturation=False)
+    rates = fit_classes(samples, LLVM_BASE, launch_us, saturation=False)
+    if RELAX_RECORD.exists():
+        rates["dense"] = fit_spill(json.loads(RELAX_RECORD.read_text()), rates["dense"], launch_us)
+    return launch_us, rates
+
+
+# A matmul whose streamed operand is larger than this spills out of the cache
+# (ClassRate.spill_bytes): on the 2-core Xeon of the Relax record, weights up to
+# 2.4 MB ran at 0.4-5.8 GFLOP/s, every one from 4.7 MB up at 0.1-0.8.
+SPILL_BYTES = 4 << 20
+
+
+def fit_spill(relax_record: Mapping[str, Any], dense: Any, launch_us: float) -> Any:
+    """`dense` with the spill rate (`spill_compute` on the grid, squared log
+    error, each call once) that best predicts the Relax record's matmuls whose
+    streamed operand exceeds `SPILL_BYTES` (issue 28: linear layers of
+    transformers; TVM's default llvm schedule re-reads the weight once per
+    output row along its strides). The kernels' features are the recorded ones
+    (`measure-relax`; redo it after changing the cost formulas)."""
+    samples = [
+        (
+            _cm.KernelWork(
+                (_cm.KernelPart(k["class"], k["flops"], k["outputs"], k.get("operand_bytes", 0)),), k["bytes"]
+            ),
+            float(k["ns"]),
+            float(k["calls"]),
+        )
+        for kernels in relax_record.get("kernels", {}).values()
+        for k in kernels
+        if k["class"] == "dense" and k.get("operand_bytes", 0) > SPILL_BYTES
+    ]
+    if not samples:
+        return dense
+    best: tuple[float, Any] | None = None
+    for compute in reversed(GRID):
+        rate = _cm.ClassRate(dense.compute, dense.memory, dense.saturation, SPILL_BYTES, compute)
+        profile = _profile(LLVM_BASE, launch_us, {"dense": rate})
+        err = sum(w * _log_error(_cm.work_ns(work, profile), ns) ** 2 for work, ns, w in samples)
+        if best is None or err < best[0] * (1 - 1e-9):
+            best = (err, rate)
+    assert best is not None
+    return _cm.ClassRate(dense.compute, dense.memory, dense.saturation, SPILL_BYTES, _round(best[1].spill_compute))
 
 
 def fit_classes(
@@ -614,6 +916,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--repeat", type=int, default=10)
     m.add_argument("--kernel-budget-s", type=float, default=1.5, help="time cap per kernel")
     m.add_argument("--output", type=Path, default=RECORD)
+    r = sub.add_parser("measure-relax", help="time the Relax corpus models all-cpu (needs TVM), write their record")
+    r.add_argument("--models", nargs="+", default=list(RELAX_MODELS))
+    r.add_argument("--repeat", type=int, default=5)
+    r.add_argument("--budget-s", type=float, default=20.0, help="time cap per model's runs")
+    r.add_argument("--output", type=Path, default=RELAX_RECORD)
+    r.add_argument("--kernels-of", nargs="*", default=[], help="models whose kernels are timed one by one too")
+    r.add_argument("--kernel-budget-s", type=float, default=1.5, help="time cap per kernel")
+    rt = sub.add_parser("relax-table", help="the Relax models' predictions against their record (needs TVM)")
+    rt.add_argument("--record", type=Path, default=RELAX_RECORD)
     f = sub.add_parser("fit", help="fit the profiles to the record and print the tables")
     f.add_argument("--record", type=Path, default=RECORD)
     t = sub.add_parser("fit-tables", help="fit one device's class rates to `devplan profile` tables")
@@ -629,6 +940,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = merge_best(json.loads(args.output.read_text()), record)
         args.output.write_text(json.dumps(record, indent=1) + "\n")
         log.info("wrote %s", args.output)
+        return 0
+    if args.command == "measure-relax":
+        record = measure_relax(args.models, args.repeat, args.budget_s)
+        record["kernels"] = measure_relax_kernels(args.kernels_of, args.repeat, args.kernel_budget_s)
+        if args.output.exists():
+            record = merge_best_runs(json.loads(args.output.read_text()), record)
+        args.output.write_text(json.dumps(record, indent=1) + "\n")
+        log.info("wrote %s", args.output)
+        return 0
+    if args.command == "relax-table":
+        print(relax_table(json.loads(args.record.read_text())))
         return 0
     if args.command == "fit-tables":
         docs = [json.loads(p.read_text()) for p in args.tables]

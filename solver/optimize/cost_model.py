@@ -28,7 +28,7 @@ from relay.op_attrs import complete_attrs, non_default_fields
 from relay.span import RelayError
 
 from ..errors import PlanConfigError
-from .sizes import dim_value, elements
+from .sizes import dim_value, elements, type_bytes
 
 PROFILE_FIELDS = ("peak_gflops", "mem_gbps", "launch_us", "memory_bytes")
 LINK_FIELDS = ("gbps", "latency_us")
@@ -49,6 +49,12 @@ class ClassRate:
     compute: float = 1.0
     memory: float = 1.0
     saturation: int = 0
+    # A matmul whose streamed operand (its second argument, which TVM's
+    # default llvm schedule re-reads once per output row, along its strides)
+    # is larger than `spill_bytes` no longer runs from cache: it computes at
+    # `spill_compute` of the peak instead. 0: off.
+    spill_bytes: int = 0
+    spill_compute: float = 0.0
 
 
 FULL_RATE = ClassRate()
@@ -101,7 +107,8 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         classes=(
             ("conv", ClassRate(0.125, 4.0)),
             ("data movement", ClassRate(4.0, 2.0)),
-            ("dense", ClassRate(0.0682, 0.0573)),
+            # spilled matmuls: fitted to the Relax record (benchmarks/calibration_relax.json, issue 28)
+            ("dense", ClassRate(0.0682, 0.0573, 0, 4 << 20, 0.00552)),
             ("depthwise conv", ClassRate(0.42, 0.25)),
             ("elementwise", ClassRate(0.273, 2.38)),
             ("pooling", ClassRate(0.21, 4.0)),
@@ -205,11 +212,14 @@ def kernel_ns(flops: float, bytes_moved: float, profile: DeviceProfile) -> int:
 
 @dataclass(frozen=True)
 class KernelPart:
-    """One operator's arithmetic inside a kernel: class, FLOPs, output elements."""
+    """One operator's arithmetic inside a kernel: class, FLOPs, output
+    elements and, for a matmul, the bytes of its streamed operand (the
+    second argument, `ClassRate.spill_bytes`)."""
 
     op_class: str
     flops: int
     outputs: int
+    operand_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,6 +244,8 @@ def work_ns(work: KernelWork, profile: DeviceProfile) -> int:
     for part in work.parts:
         rate = profile.rate(part.op_class)
         gflops = profile.peak_gflops * rate.compute  # GFLOP/s = FLOP/ns
+        if 0 < rate.spill_bytes < part.operand_bytes and rate.spill_compute > 0:
+            gflops = profile.peak_gflops * rate.spill_compute
         if 0 < max(part.outputs, 1) < rate.saturation:
             gflops *= max(part.outputs, 1) / rate.saturation
         compute += part.flops / gflops
@@ -597,9 +609,13 @@ def _all_bytes(args: Sequence[int], out: int) -> int:
 
 # Operators that read or write other than all their inputs and their output
 # (docs/optimize.md section 5); any other kernel moves `out + sum(args)`.
+VIEWS = frozenset(("reshape", "expand_dims", "squeeze", "nn.batch_flatten", "reshape_like"))
+"""Operators whose result is a view of their input in TVM's build: no bytes
+moved, and no new intermediate in a memory budget."""
+
 BYTE_RULES: dict[str, ByteRule] = {
     **{name: _rows_read for name in ("take", "gather", "gather_nd", "relax.index_tensor", "strided_slice")},
-    **{name: _view for name in ("reshape", "expand_dims", "squeeze", "nn.batch_flatten", "reshape_like")},
+    **{name: _view for name in VIEWS},
 }
 
 
@@ -668,6 +684,9 @@ def op_part(
         full = attrs.as_dict() if attrs is not None else {}
     flops = op_flops(name, args, out, full, assume_dim)
     outputs = FlopInputs(args, out, full, assume_dim).n(out)
+    operand = 0
+    if name in _MATMULS and len(args) > 1:
+        operand = type_bytes(args[1], assume_dim)[0] or 0
     return KernelPart(
-        op_class(name, args, full, assume_dim), unknown_flops if flops is None else flops, outputs
+        op_class(name, args, full, assume_dim), unknown_flops if flops is None else flops, outputs, operand
     )

@@ -24,6 +24,7 @@ from ..domains import DomainSystem
 from ..errors import PlanConfigError
 from ..steps.support import unsupported_by_device
 from .cost_model import (
+    VIEWS,
     CostTable,
     DeviceProfile,
     KernelPart,
@@ -375,7 +376,8 @@ def _kernels(collector: Cuts, classes: _Classes, sizes: Sizes, setup: DeviceSetu
         for d, ns in enumerate(per_device):
             row[d] = row.get(d, 0) + ns
         ops[c] = ops.get(c, 0) + 1
-        largest[c] = max(largest.get(c, 0), sizes.of(call))
+        if not (isinstance(call.op, Op) and call.op.name in VIEWS):  # a view allocates nothing
+            largest[c] = max(largest.get(c, 0), sizes.of(call))
     return _Kernels(unary, forbidden, per_call, ops, largest)
 
 
