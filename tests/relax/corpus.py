@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relay.span import ParseError, SourceText
+from relay.span import SourceText
 from tvm_bridge.relax_plan import read_relax
 
 CORPUS = Path(__file__).resolve().parents[2] / "../shared/corpus/relax"
@@ -38,12 +38,6 @@ def _read(name: str, fmt: str) -> tuple[Any, SourceText | None]:
 
 
 def load(name: str, fmt: str = "json") -> tuple[Any, SourceText | None]:
-    """The module `name` as read from its JSON or its TVMScript. TVMScript that
-    TVM 0.27 prints but cannot read back (`R.const("-inf", ...)`) waits on
-    issue 26's reader: such a model is skipped, saying so."""
-    try:
-        return _read(name, fmt)
-    except ParseError as err:
-        if fmt == "text" and "value has to be scalar or Tensor" in err.message:
-            pytest.skip(f"{name}.py: TVM cannot read the text it printed (issue 26's reader rewrites it)")
-        raise
+    """The module `name` as read (through the allowlisted reader) from its JSON
+    or its TVMScript."""
+    return _read(name, fmt)
