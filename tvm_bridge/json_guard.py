@@ -70,6 +70,7 @@ _PLAIN_KEYS = {"None", "bool", "int", "float", "DataType", "Device", "ffi.String
 _SEQUENCES = {"ffi.Array", "ffi.List"}
 _MAPS = {"ffi.Map", "ffi.Dict"}
 _INT64 = (-(2**63), 2**63 - 1)
+_MISSING = object()
 # Static type indices of fields TVM writes inline (tvm-ffi's TypeIndex).
 _INLINE = {0: "None", 1: "int", 2: "bool", 3: "float", 5: "dtype"}
 # Objects whose JSON data TVM decodes with a custom function: what each takes.
@@ -106,8 +107,8 @@ def _schema(obj: Any) -> Schema:
 @dataclass(frozen=True)
 class _Field:
     name: str
-    static: int  # tvm-ffi's field_static_type_index: inline for _INLINE, else a node reference
-    schema: Schema
+    inline: str | None  # the kind of a value TVM writes inline (by tvm-ffi's static type index), else None
+    schema: Schema  # for a reference: what the referenced node must be
     has_default: bool
 
 
@@ -119,6 +120,7 @@ class _Type:
     index: int
     lineage: frozenset[int]  # its own type index and its ancestors'
     fields: tuple[_Field, ...]  # inherited fields first, as the loader visits them
+    names: frozenset[str]
     custom: str | None  # how its data is decoded when not by fields (_CUSTOM_DATA)
 
 
@@ -145,18 +147,45 @@ def _type(key: str) -> _Type | None:
     for t in reversed(chain):
         for f in t.fields:
             schema = _schema(f.ty.to_json()) if f.ty is not None else _ANY
-            fields.append(_Field(str(f.name), int(f.field_static_type_index), schema, bool(f.c_has_default)))
+            inline = _INLINE.get(int(f.field_static_type_index))
+            fields.append(_Field(str(f.name), inline, schema, bool(f.c_has_default)))
     custom = _CUSTOM_DATA.get(key)
     if custom is None and ffi_core._lookup_type_attr(info.type_index, "__data_from_json__") is not None:
         custom = "refused"
     return _Type(key, int(info.type_index), frozenset({int(info.type_index), *map(int, info.type_ancestors)}),
-                 tuple(fields), custom)
+                 tuple(fields), frozenset(f.name for f in fields), custom)
 
 
 @cache
 def _index(key: str) -> int | None:
     found = _type(key)
     return found.index if found is not None else None
+
+
+@cache
+def _lineage(key: str) -> frozenset[int]:
+    """The type indices a node of type `key` counts as (an `ffi.Array` is an
+    `ffi.Object`; `int` and the other plain keys count as none)."""
+    found = _type(key) if key not in _PLAIN_KEYS or key in ("ffi.String", "ffi.Bytes", "ffi.Shape") else None
+    return found.lineage if found is not None else frozenset()
+
+
+@cache
+def _plain_object(schema: Schema) -> tuple[int, bool] | None:
+    """(type index, null allowed) when `schema` is one registered object type,
+    optionally Optional, such as `ir.Expr` or `Optional[relax.VDevice]`; None
+    for containers, plain values and the rest (checked the general way)."""
+    origin, args = schema
+    nullable = origin in NULLABLE_SCHEMAS
+    if origin == "Optional" and len(args) == 1:
+        origin, args = args[0]
+        nullable = True
+    if args or origin in _SCHEMA_KEYS or origin in ("Any", "Object", "Union", "Variant", "?", "Callable", "ffi.Function"):
+        return None
+    if origin in ("Array", "List", "Map", "Dict") or origin in _SEQUENCES or origin in _MAPS:
+        return None
+    index = _index(origin)
+    return (index, nullable) if index is not None else None
 
 
 def check_json_graph(text: str) -> str:
@@ -231,6 +260,7 @@ class _Graph:
         self.root: int = root
         self.nodes: list[Any] = nodes
         self.types: list[str] = []
+        self.lineages: list[frozenset[int]] = []  # per node: the type indices it counts as
         self.depth: list[int] = []
         self.accepted: set[tuple[int, Schema]] = set()
 
@@ -260,7 +290,11 @@ class _Graph:
         else:
             refs = self._object(i, key, data)
         self.types.append(key)
-        depth = 1 + max((self.depth[r] for r in refs), default=0)
+        self.lineages.append(_lineage(key))
+        depth = 1
+        for r in refs:
+            if self.depth[r] >= depth:
+                depth = self.depth[r] + 1
         if depth > MAX_DEPTH:
             raise _Bad(i, f"references nest deeper than {MAX_DEPTH} levels")
         self.depth.append(depth)
@@ -277,6 +311,8 @@ class _Graph:
         return data
 
     def _earlier(self, i: int, ref: Any, what: str) -> None:
+        if type(ref) is int and 0 <= ref < i:
+            return
         if not _is_int(ref):
             raise _Bad(i, f"{what}: a node reference must be an integer, not {_short(ref)}")
         if not 0 <= ref < i:
@@ -293,25 +329,25 @@ class _Graph:
             return []
         if not isinstance(data, dict):
             raise _Bad(i, f"`{key}` data must be an object of its fields")
-        names = {f.name for f in info.fields}
-        extra = set(data) - names
-        if extra:
-            raise _Bad(i, f"`{key}` has no field {min(extra)!r}")
+        if not data.keys() <= info.names:
+            raise _Bad(i, f"`{key}` has no field {min(set(data) - info.names)!r}")
         refs: list[int] = []
         for f in info.fields:
-            if f.name not in data:
+            value = data.get(f.name, _MISSING)
+            if value is _MISSING:
                 if not f.has_default:
                     raise _Bad(i, f"`{key}` needs its field `{f.name}`")
                 continue
-            value = data[f.name]
-            where = f"field `{f.name}` of `{key}`"
-            inline = _INLINE.get(f.static)
-            if inline is not None:
-                if not _inline_ok(inline, value):
-                    raise _Bad(i, f"{where} must be a {inline} value, not {_short(value)}")
+            if f.inline is not None:
+                if not _INLINE_CHECKS[f.inline](value):
+                    raise _Bad(i, f"field `{f.name}` of `{key}` must be a {f.inline} value, not {_short(value)}")
                 continue
-            self._earlier(i, value, where)
-            self._accepts(i, value, f.schema, where)
+            self._earlier(i, value, f"field `{f.name}` of `{key}`")
+            wanted = _plain_object(f.schema)
+            if wanted is not None and (wanted[0] in self.lineages[value] or (wanted[1] and self.types[value] == "None")):
+                refs.append(value)  # the common case, decided without the general walk
+                continue
+            self._accepts(i, value, f.schema, f"field `{f.name}` of `{key}`")
             refs.append(value)
         return refs
 
@@ -381,19 +417,10 @@ class _Graph:
         want_index = _index("ffi.Object" if origin == "Object" else origin)
         if want_index is None:
             raise _Bad(i, f"{where} has a field type TVM does not register: {origin}")
-        got = _type(key) if key not in _PLAIN_KEYS and key not in _SEQUENCES and key not in _MAPS else None
-        lineage = got.lineage if got is not None else self._static_lineage(key)
-        if want_index not in lineage:
+        if want_index not in self.lineages[node]:
             raise _Bad(i, f"{where} refers to node {node} (`{key}`), which is not a {origin}")
         return []
 
-    def _static_lineage(self, key: str) -> frozenset[int]:
-        """Type indices a container or string node counts as (`ffi.Array` is an `ffi.Object`)."""
-        index = _index(key)
-        if index is None:
-            return frozenset()
-        found = _type(key)
-        return found.lineage if found is not None else frozenset({index})
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -402,10 +429,6 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def _is_float(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _inline_ok(kind: str, value: Any) -> bool:
-    return _INLINE_CHECKS[kind](value)
 
 
 def _is_dtype(text: str) -> bool:
