@@ -16,14 +16,29 @@ import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
+import re
+import shutil
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.errors import COMPILE_FAILED, INTERNAL_ERROR, INVALID_CHECK, INVALID_TARGET, UNSUPPORTED_MODULE
+from relay.span import SourceText, Span
+from service import sandbox
+from service.config import get_settings
+from service.errors import (
+    COMPILE_FAILED,
+    COMPILE_TIMEOUT,
+    INTERNAL_ERROR,
+    INVALID_CHECK,
+    INVALID_TARGET,
+    RUN_CHECK_FAILED,
+    UNSUPPORTED_MODULE,
+)
 from service.planning import PlanFailure, PlanJob
+from service.sandbox import SandboxConfig
 
 log = logging.getLogger("devplan.compile")
 T = TypeVar("T")
@@ -38,6 +53,9 @@ class CompileJob:
     cuda_arch: str | None
     run_check: bool
     library: str  # the temporary path the worker writes (the parent removes it on failure)
+    # The sandbox of the run check and the compile's own limits (issue 27); None: from the
+    # environment's settings, with the layers this process finds.
+    sandbox: SandboxConfig | None = None
 
 
 def _operator_counts(mod: Any) -> tuple[dict[str, int], int]:
@@ -139,7 +157,9 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
     outcome = run_plan(dataclasses.replace(job.plan, output_format="json", explain=False))
     planned, _ = relax_plan.read_relax(outcome.module, "json")
     plan_ms = (time.perf_counter() - start) * 1000
-    original, _ = relax_plan.read_relax(job.plan.module, job.plan.input_format or detect_format(job.plan.module))
+    original, source = relax_plan.read_relax(
+        job.plan.module, job.plan.input_format or detect_format(job.plan.module)
+    )
     inputs = None
     if job.run_check:
         inputs = _check_inputs(relax_plan.translate(original).functions.get("main"), "main")
@@ -151,7 +171,21 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
         planned=True,
         plan_ms=plan_ms,
         lower_ms=0.0,
+        source=source,
     )
+
+
+def kernel_span(source: SourceText | None, name: str) -> Span | None:
+    """Where the caller's TVMScript defines the kernel `name` (its `def` line;
+    None for JSON input, which has no lines, or a kernel the text does not define)."""
+    if source is None:
+        return None
+    found = re.search(rf"^([ \t]*)def[ \t]+{re.escape(name)}[ \t]*\(", source.text, re.MULTILINE)
+    if found is None:
+        return None
+    line = source.text.count("\n", 0, found.start()) + 1
+    column = len(found.group(1)) + 1
+    return Span(source, line, column, line, column + len("def ") + len(name))
 
 
 def _check_inputs(main: Any | None, name: str) -> Any:
@@ -177,19 +211,25 @@ def _build(
     planned: bool,
     plan_ms: float,
     lower_ms: float,
+    source: SourceText | None = None,
 ) -> dict[str, Any]:
     """Compile `lowered` (a Relax IRModule with vdevices) for the job's targets,
     export the library to `job.library`, and, with `inputs`, run it against
     `reference()` (the same module built without devices): the library's
-    SHA-256, size and the report. Shared by both input languages."""
+    SHA-256, size and the report. Shared by both input languages; `source`, the
+    caller's TVMScript, locates a kernel that cannot be built."""
     import hashlib
 
     import tvm_bridge
     from tvm_bridge.check import max_abs_error
 
-    compiled, compile_ms = _bridge_step(
-        lambda: tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch), COMPILE_FAILED.slug
-    )
+    def build_lowered() -> Any:
+        try:
+            return tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch)
+        except tvm_bridge.UnscheduledKernel as err:
+            raise err.located(kernel_span(source, err.kernel)) from None
+
+    compiled, compile_ms = _bridge_step(build_lowered, COMPILE_FAILED.slug)
     counts, copies = _operator_counts(lowered)
     devices = [f"{v.target.kind.name}:{int(v.vdevice_id)}" for v in tvm_bridge.vdevices_of(lowered)]
     library = Path(job.library)
@@ -201,8 +241,8 @@ def _build(
         if missing:
             check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
         else:
-            result = tvm_bridge.run(compiled, inputs)
-            check = {"max_abs_error": max_abs_error(result, tvm_bridge.run(reference(), inputs))}
+            built, expected = _run_check(job, compiled, reference(), inputs)
+            check = {"max_abs_error": max_abs_error(built, expected)}
     return {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
@@ -217,6 +257,59 @@ def _build(
             "check": check,
         },
     }
+
+
+def _program(library: str, compiled: Any) -> sandbox.Program:
+    """A compiled module as the sandbox runs it: its devices and its inputs' devices."""
+    devices = tuple((int(d.dlpack_device_type()), int(d.index)) for d in compiled.devices)
+    inputs = compiled.input_devices.get("main")
+    return sandbox.Program(library, devices, tuple(inputs) if inputs is not None else ())
+
+
+def _run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> tuple[Any, Any]:
+    """The outputs of the built library and of the reference on `inputs`: in the sandbox
+    (the library as exported to `job.library`), or here when the sandbox is off."""
+    import tvm_bridge
+
+    config = job.sandbox if job.sandbox is not None else sandbox.config_from(get_settings())
+    if not config.enabled:
+        return tvm_bridge.run(compiled, inputs), tvm_bridge.run(reference, inputs)
+    failure: sandbox.SandboxFailure | None = None
+    with sandbox.private_dir() as directory:
+        shutil.copyfile(job.library, directory / "built.so")
+        reference.export_library(directory / "reference.so")
+        programs = [_program("built.so", compiled), _program("reference.so", reference)]
+        try:
+            built, expected = sandbox.run_programs(config, directory, programs, inputs)
+        except sandbox.SandboxFailure as err:
+            failure = err
+    # (Raised out here: a PlanFailure is frozen, and a context manager's exit sets the
+    # traceback of what passes through it.)
+    if failure is not None:
+        raise check_failure(failure)
+    return built, expected
+
+
+def check_failure(failure: sandbox.SandboxFailure) -> PlanFailure:
+    """A sandbox failure as the compile's failure: the wall clock is a 504 compile-timeout,
+    the sandbox not starting an internal error (the server's), the rest 422 run-check-failed."""
+    if failure.limit == "wall-clock":
+        return PlanFailure.plain(COMPILE_TIMEOUT.slug, f"the run check hit its {failure.detail}")
+    if failure.limit == "start":
+        return internal_failure(failure.detail)
+    return PlanFailure.plain(RUN_CHECK_FAILED.slug, f"the run check was stopped: {failure.detail}")
+
+
+def died(exitcode: int | None, config: SandboxConfig | None) -> PlanFailure:
+    """The failure of a compile process that ended without an answer: a CPU or file-size
+    rlimit it hit (issue 27) is named; any other death is an internal error."""
+    limits = config.compile_limits if config is not None else None
+    if limits is not None and exitcode == -signal.SIGXCPU:
+        return PlanFailure.plain(COMPILE_TIMEOUT.slug, f"compiling hit its cpu limit {limits.cpu_s:g} s")
+    if limits is not None and exitcode == -signal.SIGXFSZ:
+        size = sandbox.size_text(limits.file_bytes)
+        return PlanFailure.plain(COMPILE_FAILED.slug, f"compiling hit its file size limit {size}")
+    return internal_failure(f"the compiler process died (exit code {exitcode})")
 
 
 def internal_failure(message: str) -> PlanFailure:
@@ -264,11 +357,15 @@ def _process_main(
     log_queue_size: int,
 ) -> None:
     """The compile process: the web process's JSON logging through this process's own
-    bounded queue (so TVM's minutes of work never wait on a blocked stderr), then `target`."""
+    bounded queue (so TVM's minutes of work never wait on a blocked stderr), its rlimits
+    (issue 27: CPU, memory and file size; its wall clock is the caller's), then `target`."""
     from service.logs import configure
 
     configure(logging.getLevelName(log_level).lower(), log_queue_size)
-    target(job, conn)
+    config = job.sandbox if job.sandbox is not None else sandbox.config_from(get_settings())
+    if config.enabled and config.compile_limits is not None:
+        sandbox.limit_process(config.compile_limits)
+    target(dataclasses.replace(job, sandbox=config), conn)
 
 
 class CompileRun:
@@ -304,8 +401,7 @@ class CompileRun:
             answer: dict[str, Any] = self._receiver.recv()
         except EOFError:
             self.proc.join(5)
-            failure = internal_failure(f"the compiler process died (exit code {self.proc.exitcode})")
-            answer = {"error": failure.as_dict()}
+            answer = {"error": died(self.proc.exitcode, self.job.sandbox).as_dict()}
         from service.logs import note_worker_drops
 
         note_worker_drops("compile", answer.pop(LOG_DROPS_KEY, 0))

@@ -66,6 +66,42 @@ class Settings(BaseSettings):
     compile_workers: int = Field(
         1, ge=1, description="POST /compile: compiles that may run at the same time."
     )
+    # Issue 27: the run check runs the caller's kernels, only in a sandbox (docs/security.md).
+    compile_sandbox: Literal["on", "off"] = Field(
+        "on",
+        description="on: each run check runs in a child process under rlimits, a wall clock, a seccomp "
+        "allowlist and (where it can start) bubblewrap, and each compile under its rlimits; off: both run "
+        "unconfined in the compile process (benchmarks, debugging only). /readyz and the log say which.",
+    )
+    run_check_cpu_s: float = Field(
+        180.0, gt=0, description="CPU seconds one run check may use (RLIMIT_CPU; 422 run-check-failed)."
+    )
+    run_check_wall_s: float = Field(
+        240.0,
+        gt=0,
+        description="Seconds one run check may last before its process group is killed (504 compile-timeout).",
+    )
+    run_check_memory_bytes: Bytes = Field(
+        4 * 1024 * 1024 * 1024,
+        ge=64 * 1024 * 1024,
+        description="Data segment of one run check (RLIMIT_DATA: private writable memory; 422 run-check-failed).",
+    )
+    run_check_file_bytes: Bytes = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="Largest file a run check may write (RLIMIT_FSIZE; it has no file to write).",
+    )
+    compile_memory_bytes: Bytes = Field(
+        16 * 1024 * 1024 * 1024,
+        ge=256 * 1024 * 1024,
+        description="Data segment of one compile process (RLIMIT_DATA; 422 module-too-large); its run check "
+        "gets at most this too. Its CPU seconds are limited to compile_timeout_s.",
+    )
+    compile_file_bytes: Bytes = Field(
+        4 * 1024 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Largest file a compile process (and the C compiler it starts) may write: the library.",
+    )
     artifact_dir: Path = Field(
         Path("artifacts"), description="Where compiled artifacts are stored (/compile)."
     )

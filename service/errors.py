@@ -73,6 +73,11 @@ COMPILE_FAILED = ErrorKind("compile-failed", 422, "TVM could not compile the mod
 INVALID_CHECK = ErrorKind(
     "invalid-check", 422, "The run check cannot run on this module (turn run_check off)"
 )
+# Issue 27: the run check's sandboxed child broke a limit or a rule (seccomp, CPU, memory), or its run
+# failed; the detail names which. Its wall-clock limit is a compile-timeout.
+RUN_CHECK_FAILED = ErrorKind(
+    "run-check-failed", 422, "The run check broke a sandbox limit or rule, or its run failed"
+)
 TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
 COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
@@ -92,6 +97,7 @@ COMPILE_KINDS: tuple[ErrorKind, ...] = (
     INVALID_TARGET,
     COMPILE_FAILED,
     INVALID_CHECK,
+    RUN_CHECK_FAILED,
     TVM_UNAVAILABLE,
     COMPILE_BUSY,
     COMPILE_TIMEOUT,

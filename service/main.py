@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 from starlette.routing import Mount
 
-from service import __version__
+from service import __version__, sandbox
 from service.api.routes import compile as compile_routes
 from service.api.routes import docs, explore, health, meta, plan
 from service.auth import AccessPolicy, add_security_scheme
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
         log.info("planning pool ready (%s)", pool.describe())
+        # Issue 27: which sandbox layers work here, found once, logged, shown by /readyz.
+        app.state.sandbox = await asyncio.to_thread(sandbox.startup, settings, "service")
         try:
             yield
         finally:

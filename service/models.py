@@ -670,11 +670,27 @@ class ReadyWorkers(BaseModel):
     alive: int = Field(..., description="Planning worker processes alive now.")
 
 
+class ReadySandbox(BaseModel):
+    """Issue 27: the run check's sandbox as this process found it at start (queue workers
+    log their own)."""
+
+    mode: Literal["on", "off"] = Field(..., description="DEVPLAN_COMPILE_SANDBOX.")
+    layers: list[Literal["rlimits", "wall-clock", "seccomp", "bubblewrap"]] = Field(
+        ..., description="The layers every run check gets here (none when the sandbox is off)."
+    )
+    unavailable: dict[str, str] = Field(
+        default_factory=dict, description="Optional layers that cannot start here, and why."
+    )
+
+
 class ReadyResponse(BaseModel):
     status: Literal["ready"] = "ready"
     probe_ms: float = Field(..., description="Time the Z3 probe took (a tiny problem in a fresh context).")
     pool: str = Field(..., description="Planning pool kind and size.")
     workers: ReadyWorkers
+    sandbox: ReadySandbox | None = Field(
+        None, description="The run check's sandbox (absent until the service has started)."
+    )
 
 
 class VersionResponse(BaseModel):

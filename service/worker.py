@@ -147,6 +147,9 @@ def run_worker(
         log.error("devplan worker needs a queue: set DEVPLAN_QUEUE_URL=redis://host:6379/0 or --queue-url")
         return 1
     worker = make_worker(settings, queues, name)
+    from service import sandbox
+
+    sandbox.startup(settings, f"worker {worker.name}")  # its layers, in the start-up log (issue 27)
     wait_for_redis(worker.connection, settings.queue_url)
     level = settings.log_level.upper()
     log.info(

@@ -17,7 +17,7 @@ from .build import (
     run,
     timed_run,
 )
-from .errors import BridgeError, TargetError, UnsupportedConstruct, UnsupportedOperator
+from .errors import BridgeError, TargetError, UnscheduledKernel, UnsupportedConstruct, UnsupportedOperator
 from .lower import to_relax, vdevices_of
 from .ops import convert_map
 from .targets import DEFAULT_CUDA_ARCH, target_dict, target_map, tvm_target
@@ -27,6 +27,7 @@ __all__ = [
     "BridgeError",
     "Compiled",
     "TargetError",
+    "UnscheduledKernel",
     "UnsupportedConstruct",
     "UnsupportedOperator",
     "bind_kernel_targets",

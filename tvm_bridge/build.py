@@ -15,7 +15,7 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ from .targets import TargetSpec, target_map
 log = logging.getLogger(__name__)
 
 _GPU_KINDS = {"cuda", "rocm", "vulkan", "metal", "opencl", "webgpu"}
+# The attribute of a kernel copied for one target: the caller's name of the kernel.
+SOURCE_NAME_ATTR = "devplan.source_name"
 
 
 @dataclass
@@ -95,6 +97,7 @@ class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
         self.default = default
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
         self.renamed: dict[tuple[str, str], Any] = {}
+        self.originals: set[Any] = set()  # kernels copied with a target
 
     def _arg_vdevice(self, args: Any) -> Any:
         for arg in args:
@@ -144,7 +147,15 @@ class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
                 new_gv = self.builder_.add_func(
                     kernel.with_attr("target", target), f"{kernel_gv.name_hint}_{target.kind.name}"
                 )
+                if kernel.attrs is not None and "global_symbol" in kernel.attrs:
+                    # A caller's own kernel (TVMScript names it): the copy exports its own
+                    # name, or the library would hold two functions of one symbol, and
+                    # remembers the caller's name for error messages.
+                    copy = self.builder_.get()[new_gv]
+                    copy = copy.with_attr("global_symbol", new_gv.name_hint)
+                    self.builder_.update_func(new_gv, copy.with_attr(SOURCE_NAME_ATTR, kernel_gv.name_hint))
                 self.renamed[key] = new_gv
+                self.originals.add(kernel_gv)
             kernel_gv = new_gv
         return relax.Call(call.op, [kernel_gv, *call.args[1:]], call.attrs, new_types, call.span)
 
@@ -152,7 +163,35 @@ class _KernelTargetBinder(relax.PyExprMutator):  # type: ignore[misc]
         for gv, func in self.mod_.functions_items():
             if isinstance(func, relax.Function):
                 self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        mod = self.builder_.get()
+        # A copied kernel that nothing calls any more goes: the caller's kernels are
+        # public (a global symbol), which DeadCodeElimination keeps, and one without a
+        # target would be built for the host, a GPU kernel's loops unbound.
+        used = _referenced_globals(mod)
+        for gv in self.originals:
+            if gv not in used:
+                mod = _without(mod, gv)
+        return mod
+
+
+def _referenced_globals(mod: tvm.IRModule) -> set[Any]:
+    """The global functions that a Relax function of `mod` refers to."""
+    found: set[Any] = set()
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, tvm.ir.GlobalVar):
+            found.add(expr)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _without(mod: tvm.IRModule, gv: Any) -> tvm.IRModule:
+    """`mod` without the function `gv`."""
+    functions = {g: f for g, f in mod.functions_items() if not g.same_as(gv)}
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def bind_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
@@ -212,17 +251,69 @@ def _has_if(mod: tvm.IRModule) -> bool:
     return found
 
 
+def _thread_bound(func: Any) -> bool:
+    """True when some loop of the TIR function `func` is bound to GPU threads
+    (a thread-binding loop or a `thread_extent` attribute). Walked with a stack:
+    loop nests are as deep as the caller writes them."""
+    from tvm import tirx
+
+    stack = [func.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+            return True
+        if isinstance(node, tirx.AttrStmt) and str(node.attr_key) in ("thread_extent", "virtual_thread"):
+            return True
+        if isinstance(node, tirx.SeqStmt):
+            stack.extend(node.seq)
+        for name in ("body", "block", "then_case", "else_case", "init"):
+            child = getattr(node, name, None)
+            if isinstance(child, tirx.Stmt):
+                stack.append(child)
+    return False
+
+
 def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
+    """Every kernel for a GPU target scheduled with dlight (one at a time: a
+    kernel dlight cannot take would abort the others). A kernel it cannot take
+    that binds no loop to GPU threads itself raises UnscheduledKernel."""
     from tvm.s_tir import dlight as dl
 
-    with gpu_target:
-        return dl.ApplyDefaultSchedule(
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        )(mod)
+    from .errors import UnscheduledKernel
+
+    schedule = dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(),
+        dl.gpu.GEMV(),
+        dl.gpu.Reduction(),
+        dl.gpu.GeneralReduction(),
+        dl.gpu.Fallback(),
+    )
+    for gv, func in list(mod.functions_items()):
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        target = func.attrs.get("target") if func.attrs is not None else None
+        target = gpu_target if target is None else target
+        if not _is_gpu(target):
+            continue
+        reason = "no rule matched"
+        try:
+            with target:
+                scheduled = schedule(tvm.IRModule({gv: func}))[gv]
+        except Exception as exc:  # noqa: BLE001 - dlight's rules raise on TIR they cannot read
+            lines = str(exc).strip().splitlines()
+            reason, scheduled = (lines[0].rstrip(":") if lines else type(exc).__name__), func
+        if scheduled.attrs is not None and "tirx.is_scheduled" in scheduled.attrs:
+            mod[gv] = scheduled
+        elif not _thread_bound(func):
+            raise UnscheduledKernel(kernel_name(func, gv), str(target.kind.name), reason)
+    return mod
+
+
+def kernel_name(func: Any, gv: Any) -> str:
+    """The name a kernel has in the caller's module (its TVMScript `def` name), for
+    one the bridge copied per target (`k_cuda`) too."""
+    source = func.attrs.get(SOURCE_NAME_ATTR) if func.attrs is not None else None
+    return str(source) if source is not None else str(gv.name_hint)
 
 
 def compile(
@@ -370,13 +461,27 @@ def run(
             input_devices = lib_or_exec.input_devices.get(func)
     else:
         executable = lib_or_exec
+    return prepare_run(executable, inputs, devices, input_devices, func)()
+
+
+def prepare_run(
+    executable: Any,
+    inputs: Sequence[np.ndarray],
+    devices: Sequence[Any] | None,
+    input_devices: Sequence[int] | None,
+    func: str = "main",
+) -> Callable[[], Any]:
+    """Everything of `run` but the call: the VM made, its devices initialised and the
+    inputs placed on them; the function returned runs `func` and returns numpy outputs.
+    The sandbox installs its filter between the two (service/sandbox.py)."""
     if not devices:
         devices = [tvm.cpu(0)]
     if input_devices is None:
         input_devices = [0] * len(inputs)
     vm = relax.VirtualMachine(executable, list(devices))
     args = [tvm.runtime.tensor(np.asarray(x), devices[d]) for x, d in zip(inputs, input_devices)]
-    return _to_numpy(vm[func](*args))
+    function = vm[func]
+    return lambda: _to_numpy(function(*args))
 
 
 def timed_run(compiled: Compiled, inputs: Sequence[np.ndarray], repeat: int) -> tuple[Any, float]:

@@ -34,3 +34,24 @@ class UnsupportedOperator(BridgeError):
 
 class TargetError(BridgeError):
     """A target string or dict that TVM 0.27 does not accept."""
+
+
+class UnscheduledKernel(BridgeError):
+    """A kernel placed on a GPU whose loops are not bound to GPU threads, and
+    that dlight's default schedules do not apply to: it cannot run there as it is.
+    `kernel` is its name in the caller's module (for the TVMScript line)."""
+
+    def __init__(self, kernel: str, target: str, reason: str, span: Span | None = None) -> None:
+        super().__init__(
+            f"kernel {kernel!r} needs a GPU schedule for {target}: its loops are not bound to GPU "
+            f"threads and dlight's default schedules do not apply to it ({reason}); bind its loops "
+            "(T.thread_binding) or write it with T.sblock so dlight can schedule it, or place it on the cpu",
+            span,
+        )
+        self.kernel = kernel
+        self.target = target
+        self.reason = reason
+
+    def located(self, span: Span | None) -> UnscheduledKernel:
+        """The same error at `span` (the kernel's line in the caller's text)."""
+        return UnscheduledKernel(self.kernel, self.target, self.reason, span)

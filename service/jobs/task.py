@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import solver
+from service import sandbox
 from service.artifact_store import ArtifactStoreUnavailable, open_store
 from service.compile_workers import CompileJob, CompileRun, Target, worker_main
 from service.config import get_settings
@@ -104,6 +105,7 @@ def build(
         cuda_arch=payload.get("cuda_arch"),
         run_check=bool(payload.get("run_check", False)),
         library=str(scratch),
+        sandbox=sandbox.config_from(settings),  # the layers this work horse finds (cached per process)
     )
     timeout_s = float(payload["compile_timeout_s"])
     run = CompileRun(compile_job, target)

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from service import sandbox
 from service.api.deps import SettingsDep
 from service.api.routes.jobs import jobs_router
 from service.artifact_store import ArtifactStoreUnavailable
@@ -64,6 +65,7 @@ from service.problems import (
     problem_response,
     problem_responses,
 )
+from service.sandbox import SandboxConfig
 
 compile_router = APIRouter(tags=["compile"])
 log = logging.getLogger("devplan.service")
@@ -106,6 +108,15 @@ def _semaphore(request: Request, size: int) -> asyncio.Semaphore:
         sem = asyncio.Semaphore(size)
         request.app.state.compile_slots = sem
     return sem
+
+
+def _sandbox(request: Request, settings: Settings) -> SandboxConfig:
+    """The sandbox found when the service started (an app run without its start-up: found now)."""
+    config: SandboxConfig | None = getattr(request.app.state, "sandbox", None)
+    if config is None:
+        config = sandbox.config_from(settings)
+        request.app.state.sandbox = config
+    return config
 
 
 def _response(result: dict[str, object], cache_hit: bool) -> CompileResponse:
@@ -173,6 +184,7 @@ async def compile_module(
             cuda_arch=body.cuda_arch,
             run_check=body.run_check,
             library=str(store.new_temp()),
+            sandbox=_sandbox(request, settings),
         )
         run = CompileRun(job)
         try:

@@ -15,8 +15,9 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import PoolDep
 from service.jobs.http import farm_dependency_down
-from service.models import HealthResponse, ReadyResponse, ReadyWorkers
+from service.models import HealthResponse, ReadyResponse, ReadySandbox, ReadyWorkers
 from service.problems import NOT_READY, ProblemError, problem_responses
+from service.sandbox import SandboxConfig
 
 router = APIRouter(tags=["health"])
 
@@ -53,7 +54,7 @@ async def healthz() -> HealthResponse:
 @router.get(
     "/readyz",
     operation_id="readyz",
-    summary="Readiness: planning workers alive, no slot lost, Z3 usable",
+    summary="Readiness: planning workers alive, no slot lost, Z3 usable; the sandbox's layers",
     description="Does not queue behind plans: checks the planning workers (replacing idle ones "
     "that died) and solves a tiny problem with Z3 in the web process. 503 `not-ready` when a "
     "slot's worker cannot be restarted (the body gives the configured and effective pool sizes) "
@@ -85,4 +86,16 @@ async def readyz(request: Request, pool: PoolDep) -> ReadyResponse:
     except Exception as err:  # noqa: BLE001 - any failure of the probe means not ready
         raise ProblemError(NOT_READY, f"the Z3 probe failed: {type(err).__name__}: {err}") from None
     probe_ms = round((time.perf_counter() - start) * 1000, 3)
-    return ReadyResponse(probe_ms=probe_ms, pool=pool.describe(), workers=workers)
+    return ReadyResponse(probe_ms=probe_ms, pool=pool.describe(), workers=workers, sandbox=_sandbox(request))
+
+
+def _sandbox(request: Request) -> ReadySandbox | None:
+    """The sandbox the service found at start (issue 27)."""
+    config: SandboxConfig | None = getattr(request.app.state, "sandbox", None)
+    if config is None:
+        return None
+    return ReadySandbox(
+        mode="on" if config.enabled else "off",
+        layers=list(config.layers),
+        unavailable=dict(config.unavailable),
+    )

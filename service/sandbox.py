@@ -1,0 +1,723 @@
+"""The run check's sandbox: a child process that can compute and nothing else (issue 27).
+
+A module that a caller sends may carry its own kernels (`T.prim_func` called through
+`R.call_tir`), and a kernel can call any C function (`T.call_extern("int32", "system",
+...)`), so running a built module means running the caller's code. `run_programs` runs
+the built library and its reference in one child process, and only there:
+
+- **rlimits** (always): CPU seconds (`RLIMIT_CPU`: SIGXCPU), the data segment
+  (`RLIMIT_DATA`: private writable memory, so CUDA's large PROT_NONE reservations are
+  not counted, as they would be with `RLIMIT_AS`), file size (`RLIMIT_FSIZE`), no core
+  files. `RLIMIT_NPROC` is not used: it counts every process of the user and root
+  ignores it; the seccomp filter stops forks instead.
+- **wall-clock** (always): the parent kills the child's process group past the limit;
+  a sleeping kernel never reaches a CPU limit.
+- **seccomp** (where libseccomp loads and the kernel takes a filter): a default-deny
+  allowlist (`SYSCALLS`) whose action kills the process, installed after the libraries
+  are loaded and the devices initialised, before the first kernel runs. With an error
+  return instead, `system()` or `fopen()` would just fail, the kernel carry on and the
+  check pass. The parent reports the resulting SIGSYS as "seccomp (SIGSYS)".
+- **bubblewrap** (where `bwrap` can start, e.g. not under Docker's default seccomp
+  profile): private network, IPC and UTS namespaces, the file system read-only, a
+  minimal /dev, /tmp empty but for the child's own directory.
+
+The child's working directory is a private temporary directory (its libraries, inputs
+and the spec); results come back over a pipe it inherited, as one JSON header line and
+the raw array bytes, parsed without pickle. Compilation runs in its own process under
+the rlimits and the wall clock but not the filter (`limit_process`): it turns the
+caller's IR into code and executes none of it.
+
+Run as `python -m service.sandbox DIRECTORY FD` for the child, or with `--probe` for the
+start-up check of which layers work here (`detect`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import json
+import logging
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+log = logging.getLogger("devplan.sandbox")
+
+LAYERS = ("rlimits", "wall-clock", "seccomp", "bubblewrap")
+SPEC_FILE = "check.json"
+_GIB = 1 << 30
+
+# The answer's arrays: plain numeric dtypes only (np.frombuffer, never pickle).
+_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+    + ["float16", "float32", "float64"]
+)
+# How long the start-up probe may take (a Python start and a filter).
+_PROBE_TIMEOUT_S = 30.0
+# The stderr tail of a failed child that goes to the log (never to the client).
+_STDERR_TAIL = 2000
+
+# --------------------------------------------------------------------------------------------
+# The seccomp allowlist: what running a loaded TVM module on the CPU needs, found by running
+# every corpus model's check under the filter (tests/sandbox) and by reading TVM's runtime.
+# Everything else kills the process: open/openat (files), socket/connect (network),
+# fork/vfork/execve and clone without CLONE_THREAD (processes), kill of others, ioctl, ...
+SYSCALLS: tuple[tuple[str, str], ...] = (
+    # memory: allocators (glibc malloc, TVM's pooled allocator, numpy) and thread stacks
+    ("brk", "the heap"),
+    ("mmap", "large allocations, thread stacks"),
+    ("munmap", "freeing them"),
+    ("mremap", "realloc of large blocks"),
+    ("mprotect", "guard pages of new thread stacks"),
+    ("madvise", "glibc returning freed memory, thread exit"),
+    # threads: TVM's pool is created before the filter; these keep a thread-creating
+    # runtime (and glibc's thread exit) working. clone is allowed with CLONE_THREAD only.
+    ("futex", "locks, condition variables, the pool's queues"),
+    ("sched_yield", "TVM's pool spins with yield"),
+    ("set_robust_list", "every new thread"),
+    ("rseq", "every new thread (glibc >= 2.35)"),
+    ("gettid", "glibc, TVM's logging"),
+    ("getpid", "glibc, abort()"),
+    ("rt_sigprocmask", "pthread_create and abort() mask signals"),
+    ("rt_sigreturn", "return from a signal handler"),
+    # time: harmless, and a kernel that sleeps is what the wall clock is for
+    ("clock_gettime", "timers (when the vDSO is not used)"),
+    ("clock_getres", "timers"),
+    ("gettimeofday", "timers"),
+    ("clock_nanosleep", "sleeps (bounded by the wall clock)"),
+    ("nanosleep", "sleeps (bounded by the wall clock)"),
+    # ending
+    ("exit", "a thread ends"),
+    ("exit_group", "the process ends (os._exit)"),
+)
+# A GPU run (CUDA): the driver talks to its device files, already open when the filter is
+# installed. Not verified on a GPU machine in this version (none was available); see
+# docs/security.md.
+GPU_SYSCALLS: tuple[tuple[str, str], ...] = (
+    ("ioctl", "the CUDA driver's requests on /dev/nvidia*"),
+    ("read", "the driver's event descriptors"),
+    ("poll", "the driver's worker threads"),
+    ("ppoll", "the driver's worker threads"),
+    ("sched_getaffinity", "the driver's thread placement"),
+)
+_CLONE_THREAD = 0x00010000
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one sandboxed child may use (the DEVPLAN_RUN_CHECK_* settings)."""
+
+    cpu_s: float = 300.0
+    wall_s: float = 600.0
+    memory_bytes: int = 8 * _GIB
+    file_bytes: int = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """Whether run checks are sandboxed, with which limits and layers.
+
+    `seccomp` and `bubblewrap` say whether those layers are used (what `detect` found
+    where the web process or worker started); `enabled=False`
+    (DEVPLAN_COMPILE_SANDBOX=off) runs checks in the compile process itself, for
+    benchmarks and debugging.
+    """
+
+    enabled: bool = True
+    limits: Limits = Limits()
+    seccomp: bool = True
+    bubblewrap: bool = False
+    # The compile process's own rlimits (its wall clock is the compile time limit).
+    compile_limits: Limits | None = None
+    # (layer, why it is not used here) for each optional layer that could not start.
+    unavailable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """The active layers, in LAYERS order (none when the sandbox is off)."""
+        if not self.enabled:
+            return ()
+        use = {"rlimits": True, "wall-clock": True, "seccomp": self.seccomp, "bubblewrap": self.bubblewrap}
+        return tuple(layer for layer in LAYERS if use[layer])
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    """What `detect` found: for each optional layer, None when it works here, else why not."""
+
+    seccomp: str | None
+    bubblewrap: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """One library to run in the child: its file name in the child's directory, the
+    runtime devices (DLPack type, index) in the module's vdevice order, the device index
+    of each input, and the function to call."""
+
+    library: str
+    devices: tuple[tuple[int, int], ...]
+    input_devices: tuple[int, ...]
+    func: str = "main"
+
+
+class SandboxFailure(Exception):
+    """The child broke a limit or a rule, or its run failed.
+
+    `limit` is what ended it: "seccomp", "cpu", "memory", "file", "wall-clock", "crash"
+    (another signal), "error" (the run raised), "answer" (an answer that does not
+    parse), "start" (the sandbox itself could not start: the server's fault).
+    `detail` names it for the caller ("seccomp (SIGSYS)", "cpu limit 60 s", ...).
+    """
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(detail)
+        self.limit = limit
+        self.detail = detail
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def size_text(n: int) -> str:
+    """`4 GiB`, `64 MiB`, `1.5 GiB`: a limit as the settings spell it."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------------------------
+# Start-up detection.
+
+
+def _bwrap_command(directory: Path, gpu: bool) -> list[str]:
+    """bwrap's arguments for a child working in `directory` (read-only, like everything)."""
+    command = [
+        "bwrap",
+        "--die-with-parent",
+        "--unshare-user-try",
+        "--unshare-ipc",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        str(directory),
+        str(directory),
+        "--chdir",
+        str(directory),
+    ]
+    # No PID namespace: bwrap's init would reap the child, and the parent would lose its
+    # resource use (the peak memory that names a memory limit); the filter lets the child
+    # signal nobody but itself.
+    if gpu:
+        for node in sorted(Path("/dev").glob("nvidia*")):
+            command += ["--dev-bind", str(node), str(node)]
+    return command + ["--"]
+
+
+def _child_env(directory: Path) -> dict[str, str]:
+    """The child's environment: nothing of the server's secrets, only what Python, TVM
+    and a GPU driver need."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(directory),
+        "TMPDIR": str(directory),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        # TVM asks the kernel for the CPU count at every parallel launch (an open of
+        # /sys/devices/system/cpu/online) unless this says it; its pool is made before
+        # the filter (see _child).
+        "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS") or str(_tvm_threads()),
+    }
+    for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TVM_LIBRARY_PATH"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    return env
+
+
+def _tvm_threads() -> int:
+    """TVM's own default: the usable CPUs, halved on x86 for hyper-threading."""
+    count = len(os.sched_getaffinity(0))
+    if os.uname().machine in ("x86_64", "AMD64"):
+        count //= 2
+    return max(1, count)
+
+
+def _probe(command: list[str], directory: Path) -> str | None:
+    """Run the probe child with `command` in front: None when it answered "ok", else why not."""
+    try:
+        done = subprocess.run(
+            [*command, sys.executable, "-m", "service.sandbox", "--probe"],
+            cwd=directory,
+            env=_child_env(directory),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{type(err).__name__}: {err}"
+    if done.returncode == 0 and done.stdout.strip() == b"ok":
+        return None
+    why = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
+    return why[-1] if why else f"exit status {done.returncode}"
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> Detected:
+    """Which optional layers work on this machine (once per process): the probe child
+    installs the filter, first under bubblewrap (where `bwrap` is installed), else plain."""
+    with tempfile.TemporaryDirectory(prefix="devplan-probe-") as tmp:
+        directory = Path(tmp)
+        bwrap_why: str | None = "bwrap is not installed"
+        if shutil.which("bwrap") is not None:
+            bwrap_why = _probe(_bwrap_command(directory, gpu=False), directory)
+            if bwrap_why is None:
+                return Detected(seccomp=None, bubblewrap=None)
+        return Detected(seccomp=_probe([], directory), bubblewrap=bwrap_why)
+
+
+def config_from(settings: Any, detected: Detected | None = None) -> SandboxConfig:
+    """The sandbox of `settings` (service.config.Settings), with the layers `detected`
+    (default: `detect()` in this process; nothing is probed when the sandbox is off)."""
+    limits = Limits(
+        cpu_s=float(settings.run_check_cpu_s),
+        wall_s=float(settings.run_check_wall_s),
+        memory_bytes=int(settings.run_check_memory_bytes),
+        file_bytes=int(settings.run_check_file_bytes),
+    )
+    if settings.compile_sandbox == "off":
+        return SandboxConfig(enabled=False, limits=limits, seccomp=False, bubblewrap=False)
+    found = detected if detected is not None else detect()
+    compile_limits = Limits(
+        cpu_s=float(settings.compile_timeout_s),
+        wall_s=float(settings.compile_timeout_s),
+        memory_bytes=int(settings.compile_memory_bytes),
+        file_bytes=int(settings.compile_file_bytes),
+    )
+    unavailable = tuple(
+        (layer, why) for layer, why in (("seccomp", found.seccomp), ("bubblewrap", found.bubblewrap)) if why
+    )
+    return SandboxConfig(
+        enabled=True,
+        limits=limits,
+        seccomp=found.seccomp is None,
+        bubblewrap=found.bubblewrap is None,
+        compile_limits=compile_limits,
+        unavailable=unavailable,
+    )
+
+
+def startup(settings: Any, where: str) -> SandboxConfig:
+    """The sandbox of `settings` with the layers that work here, said in the log: what
+    the web process and `devplan worker` do when they start."""
+    config = config_from(settings)
+    if not config.enabled:
+        log.warning(
+            "%s: compile sandbox off (DEVPLAN_COMPILE_SANDBOX=off): run checks and compiles run unconfined",
+            where,
+        )
+        return config
+    log.info(
+        "%s: run checks sandboxed with layers %s%s",
+        where,
+        ", ".join(config.layers),
+        "".join(f"; {layer} unavailable: {why}" for layer, why in config.unavailable),
+        extra={"sandbox_layers": list(config.layers)},
+    )
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# The parent.
+
+
+@contextlib.contextmanager
+def private_dir() -> Iterator[Path]:
+    """A fresh directory (mode 0700) for one child, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="devplan-check-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def limit_process(limits: Limits) -> None:
+    """Apply `limits`' rlimits to this process (and what it starts): CPU, data, file size,
+    no core files. The compile process calls it on itself; the run-check child too, where
+    a limit above the compile process's is held to that one (a hard limit cannot rise)."""
+    cpu = max(1, math.ceil(limits.cpu_s))
+    # SIGXCPU at the soft limit; the kernel's SIGKILL one second later if it is ignored.
+    _set(resource.RLIMIT_CPU, cpu, cpu + 1)
+    _set(resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes)
+    _set(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes)
+    _set(resource.RLIMIT_CORE, 0, 0)
+
+
+def _set(which: int, soft: int, hard: int) -> None:
+    resource.setrlimit(which, _fit(which, soft, hard))
+
+
+def _fit(which: int, soft: int, hard: int) -> tuple[int, int]:
+    """(soft, hard) held to this process's current hard limit of `which`."""
+    _, current = resource.getrlimit(which)
+    if current != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current), min(hard, current)
+    return soft, hard
+
+
+def run_programs(
+    config: SandboxConfig, directory: Path, programs: Sequence[Program], inputs: Sequence[Any]
+) -> list[Any]:
+    """Run each program's function on `inputs` in one sandboxed child working in
+    `directory` (which holds the programs' libraries): their outputs (numpy arrays,
+    tuples for tuple results), in order. Raises SandboxFailure."""
+    import numpy as np
+
+    names = []
+    for i, value in enumerate(inputs):
+        name = f"input{i}.npy"
+        np.save(directory / name, np.asarray(value), allow_pickle=False)
+        names.append(name)
+    gpu = any(device_type != 1 for program in programs for device_type, _ in program.devices)
+    spec = {
+        "programs": [dataclasses.asdict(p) for p in programs],
+        "inputs": names,
+        "limits": dataclasses.asdict(config.limits),
+        "seccomp": config.seccomp,
+        "gpu": gpu,
+    }
+    (directory / SPEC_FILE).write_text(json.dumps(spec))
+    prefix = _bwrap_command(directory, gpu) if config.bubblewrap else []
+    data, status, usage, timed_out = _run_child(prefix, directory, config.limits)
+    if timed_out:
+        raise SandboxFailure("wall-clock", f"wall-clock limit {_seconds(config.limits.wall_s)}")
+    failure = _classify(status, usage, data, config)
+    if failure is not None:
+        raise failure
+    return _read_answer(data)
+
+
+def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[bytes, int, Any, bool]:
+    """Start the child, collect its answer until it exits (at most the wall-clock limit,
+    then its process group is killed), reap it: (answer bytes, wait status, rusage,
+    whether the wall clock ended it)."""
+    # The answer can be no larger than the memory the child may hold, plus its header.
+    cap = limits.memory_bytes + (1 << 20)
+    read_end, write_end = os.pipe()
+    parent = "0" if prefix else str(os.getpid())
+    stderr_path = directory.parent / f"{directory.name}.stderr"
+    with open(stderr_path, "wb") as stderr:
+        try:
+            proc = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "service.sandbox", str(directory), str(write_end), parent],
+                cwd=directory,
+                env=_child_env(directory),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(write_end,),
+                process_group=0,
+            )
+        except OSError as err:
+            os.close(read_end)
+            os.close(write_end)
+            stderr_path.unlink(missing_ok=True)
+            raise SandboxFailure("start", f"the sandbox could not start: {err}") from None
+    os.close(write_end)
+    deadline = time.monotonic() + limits.wall_s
+    chunks: list[bytes] = []
+    size = 0
+    timed_out = False
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        eof = exited = False
+        while not (eof and exited):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            waiting = ([] if eof else [read_end]) + ([] if exited else [pidfd])
+            ready, _, _ = select.select(waiting, [], [], remaining)
+            if read_end in ready:
+                chunk = os.read(read_end, 1 << 20)
+                if not chunk:
+                    eof = True
+                size += len(chunk)
+                chunks.append(chunk)
+                if size > cap:
+                    break  # an answer larger than it can be: killed below, refused as malformed
+            if pidfd in ready:
+                exited = True
+                _kill_group(proc.pid)  # whatever it left behind holds the pipe open
+    finally:
+        _kill_group(proc.pid)
+        os.close(pidfd)
+        os.close(read_end)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = -1  # reaped here (with its rusage); Popen must not wait again
+    tail = stderr_path.read_bytes()[-_STDERR_TAIL:].decode(errors="replace").strip()
+    stderr_path.unlink(missing_ok=True)
+    if tail and (status != 0 or timed_out):
+        log.info("run-check child (status %d) said: %s", status, tail)
+    return b"".join(chunks), status, usage, timed_out
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _signal_of(status: int, bubblewrap: bool) -> int | None:
+    """The signal that ended the child: bwrap reports its child's signal N as exit 128+N."""
+    if os.WIFSIGNALED(status):
+        return os.WTERMSIG(status)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+    if bubblewrap and code > 128:
+        return code - 128
+    return None
+
+
+def _classify(status: int, usage: Any, data: bytes, config: SandboxConfig) -> SandboxFailure | None:
+    """What ended the child, when it did not end well (None: it exited 0)."""
+    limits = config.limits
+    sig = _signal_of(status, config.bubblewrap)
+    cpu_used = usage.ru_utime + usage.ru_stime
+    peak = usage.ru_maxrss * 1024
+    error = _error_of(data)
+    if sig == signal.SIGSYS:
+        return SandboxFailure(
+            "seccomp", "seccomp (SIGSYS): the run made a system call that the sandbox does not allow"
+        )
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= limits.cpu_s):
+        return SandboxFailure("cpu", f"cpu limit {_seconds(limits.cpu_s)}: the run used {cpu_used:.1f} s of CPU")
+    if sig == signal.SIGXFSZ:
+        return SandboxFailure("file", f"file size limit {size_text(limits.file_bytes)}")
+    if sig is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return None
+    # A failed allocation shows as a crash (a kernel writing through NULL) or an error
+    # (TVM's allocator): it is the memory limit when the run came near it or said so.
+    memory_words = ("memory", "alloc", "bad_alloc")
+    if peak >= limits.memory_bytes // 2 or (error is not None and any(w in error.lower() for w in memory_words)):
+        return SandboxFailure(
+            "memory", f"memory limit {size_text(limits.memory_bytes)} (peak {size_text(peak)} resident)"
+        )
+    if sig is not None:
+        return SandboxFailure("crash", f"the run crashed ({signal.Signals(sig).name})")
+    if error is not None:
+        return SandboxFailure("error", f"the run failed: {error}")
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    if config.bubblewrap and code == 1 and not data:
+        return SandboxFailure("start", "the sandbox (bubblewrap) could not start the run")
+    return SandboxFailure("crash", f"the run ended with exit status {code}")
+
+
+def _error_of(data: bytes) -> str | None:
+    """The child's error message, when its answer is one."""
+    header, _, _ = data.partition(b"\n")
+    try:
+        message = json.loads(header)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and isinstance(message.get("error"), str):
+        return str(message["error"])[:2000]
+    return None
+
+
+def _read_answer(data: bytes) -> list[Any]:
+    """The outputs of an answer (header line + blob), checked field by field."""
+    import numpy as np
+
+    header, _, blob = data.partition(b"\n")
+    try:
+        message = json.loads(header)
+    except ValueError:
+        raise SandboxFailure("answer", "the run's answer is malformed") from None
+    outputs = message.get("outputs") if isinstance(message, dict) else None
+    if not isinstance(outputs, list):
+        raise SandboxFailure("answer", "the run's answer is malformed")
+
+    def leaf(node: Any) -> Any:
+        if not isinstance(node, dict):
+            raise SandboxFailure("answer", "the run's answer is malformed")
+        if "tuple" in node:
+            items = node["tuple"]
+            if not isinstance(items, list):
+                raise SandboxFailure("answer", "the run's answer is malformed")
+            return tuple(leaf(item) for item in items)
+        dtype, shape, offset = node.get("dtype"), node.get("shape"), node.get("offset")
+        if dtype not in _DTYPES:
+            raise SandboxFailure("answer", f"the run check cannot compare outputs of dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise SandboxFailure("answer", "the run's answer is malformed")
+        if not isinstance(offset, int) or offset < 0:
+            raise SandboxFailure("answer", "the run's answer is malformed")
+        count = math.prod(shape)
+        width = np.dtype(dtype).itemsize
+        if offset + count * width > len(blob):
+            raise SandboxFailure("answer", "the run's answer is malformed")
+        return np.frombuffer(blob, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    # Iterative would not help: the nesting is the module's result type, a few levels.
+    return [leaf(node) for node in outputs]
+
+
+# --------------------------------------------------------------------------------------------
+# The child.
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (a killed compile process), and end now
+    if that already happened (`parent`: the pid it was started by; 0 under bubblewrap,
+    whose --die-with-parent does the same)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(1)
+
+
+def _make_filter(result_fd: int, gpu: bool) -> Any:
+    """The seccomp filter (not yet loaded): SYSCALLS (+ GPU_SYSCALLS), `write` only to
+    the answer pipe and stderr, `clone` only for threads, `tgkill` only to this process
+    (abort()), `clone3` answered ENOSYS so that glibc falls back to `clone`, whose flags a
+    filter can read; anything else kills the whole process (KILL_PROCESS, all threads:
+    TSYNC puts every thread of the process, TVM's pool among them, under it)."""
+    import errno
+
+    import pyseccomp as seccomp
+
+    flt = seccomp.SyscallFilter(seccomp.KILL_PROCESS)
+    flt.set_attr(seccomp.Attr.CTL_TSYNC, 1)
+    for name, _why in SYSCALLS + (GPU_SYSCALLS if gpu else ()):
+        flt.add_rule(seccomp.ALLOW, name)
+    for fd in (result_fd, 2):
+        flt.add_rule(seccomp.ALLOW, "write", seccomp.Arg(0, seccomp.EQ, fd))
+    flt.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
+    flt.add_rule(seccomp.ALLOW, "tgkill", seccomp.Arg(0, seccomp.EQ, os.getpid()))
+    flt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    return flt
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _encode(outputs: Sequence[Any]) -> bytes:
+    """The answer: a JSON header line describing each output, then their bytes."""
+    import numpy as np
+
+    blobs: list[bytes] = []
+    offset = 0
+
+    def node(value: Any) -> Any:
+        nonlocal offset
+        if isinstance(value, tuple):
+            return {"tuple": [node(v) for v in value]}
+        array = np.ascontiguousarray(value)
+        entry = {"dtype": str(array.dtype), "shape": list(array.shape), "offset": offset}
+        data = array.tobytes()
+        blobs.append(data)
+        offset += len(data)
+        return entry
+
+    header = json.dumps({"outputs": [node(o) for o in outputs]}).encode()
+    return header + b"\n" + b"".join(blobs)
+
+
+def _child(directory: Path, result_fd: int, parent: int) -> NoReturn:
+    """The run-check child: limits, load, filter, run, answer; it never returns."""
+    try:
+        _die_with_parent(parent)
+        spec = json.loads((directory / SPEC_FILE).read_text())
+        limit_process(Limits(**spec["limits"]))
+        os.chdir(directory)
+        flt = _make_filter(result_fd, bool(spec["gpu"])) if spec["seccomp"] else None
+        import numpy as np
+
+        inputs = [np.load(directory / name, allow_pickle=False) for name in spec["inputs"]]
+        import tvm
+
+        from tvm_bridge.build import prepare_run
+
+        # TVM makes a thread's pool at its first parallel launch (threads, their CPU
+        # affinity, /sys reads): make the main thread's now, before the filter.
+        tvm.get_global_func("runtime.config_threadpool")(1, 0)
+        runs: list[Callable[[], Any]] = []
+        for program in spec["programs"]:
+            library = tvm.runtime.load_module(str(directory / program["library"]))
+            devices = [tvm.device(int(kind), int(index)) for kind, index in program["devices"]]
+            runs.append(prepare_run(library, inputs, devices, program["input_devices"], program["func"]))
+        if flt is not None:
+            flt.load()
+        # From here on the caller's kernels run: no file, socket or process can be made.
+        answer = _encode([run() for run in runs])
+    except BaseException as exc:  # noqa: BLE001 - the child reports everything, then ends
+        # No traceback: formatting one reads source files, which the filter forbids.
+        answer = json.dumps({"error": f"{type(exc).__name__}: {_first_lines(str(exc))}"}).encode()
+        with contextlib.suppress(OSError):
+            _write_all(result_fd, answer)
+        os._exit(1)
+    _write_all(result_fd, answer)
+    os._exit(0)
+
+
+def _first_lines(text: str) -> str:
+    """An error's message without TVM's long backtrace: its first non-empty line and the last."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= 2:
+        return " ".join(lines)
+    return f"{lines[0]} ... {lines[-1]}"
+
+
+def _probe_child() -> NoReturn:
+    """`--probe`: install a filter (the same rlimits and library as a run check) and say ok."""
+    try:
+        limit_process(Limits())
+        _make_filter(1, gpu=False).load()
+        _write_all(1, b"ok\n")
+    except BaseException as exc:  # noqa: BLE001 - the probe reports everything
+        with contextlib.suppress(OSError):
+            _write_all(2, f"{type(exc).__name__}: {exc}\n".encode())
+        os._exit(1)
+    os._exit(0)
+
+
+def main(argv: Sequence[str]) -> NoReturn:
+    """`python -m service.sandbox DIRECTORY FD PARENT` (a run) or `--probe`."""
+    if list(argv) == ["--probe"]:
+        _probe_child()
+    directory, fd, parent = argv
+    _child(Path(directory), int(fd), int(parent))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,145 @@
+"""The sandbox's parent side without TVM (issue 27): how a child's end is named, how its
+answer is read (never trusted), and that a missing libseccomp is reported, not fatal."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service import sandbox
+from service.compile_workers import check_failure, died
+from service.config import Settings
+
+LIMITS = sandbox.Limits(cpu_s=60, wall_s=120, memory_bytes=4 << 30, file_bytes=1 << 20)
+
+
+def _usage(cpu_s: float = 0.0, peak_bytes: int = 0) -> Any:
+    return SimpleNamespace(ru_utime=cpu_s, ru_stime=0.0, ru_maxrss=peak_bytes // 1024)
+
+
+def _killed(sig: int) -> int:
+    return sig  # a wait status: killed by `sig`
+
+
+def _exited(code: int) -> int:
+    return code << 8
+
+
+@pytest.mark.parametrize("bubblewrap", [False, True])
+def test_signals_name_their_limit(bubblewrap: bool) -> None:
+    config = sandbox.SandboxConfig(limits=LIMITS, bubblewrap=bubblewrap)
+
+    def status(sig: int) -> int:  # bwrap reports its child's signal N as exit 128+N
+        return _exited(128 + sig) if bubblewrap else _killed(sig)
+
+    seccomp = sandbox._classify(status(signal.SIGSYS), _usage(), b"", config)
+    assert seccomp is not None and seccomp.limit == "seccomp" and seccomp.detail.startswith("seccomp (SIGSYS)")
+    cpu = sandbox._classify(status(signal.SIGXCPU), _usage(60.2), b"", config)
+    assert cpu is not None and cpu.detail.startswith("cpu limit 60 s")
+    hard = sandbox._classify(status(signal.SIGKILL), _usage(61.0), b"", config)
+    assert hard is not None and hard.limit == "cpu"
+    memory = sandbox._classify(status(signal.SIGSEGV), _usage(1.0, 4 << 30), b"", config)
+    assert memory is not None and memory.detail.startswith("memory limit 4 GiB")
+    crash = sandbox._classify(status(signal.SIGSEGV), _usage(1.0, 100 << 20), b"", config)
+    assert crash is not None and crash.limit == "crash" and "SIGSEGV" in crash.detail
+    size = sandbox._classify(status(signal.SIGXFSZ), _usage(), b"", config)
+    assert size is not None and size.detail == "file size limit 1 MiB"
+    assert sandbox._classify(_exited(0), _usage(), b"", config) is None
+
+
+def test_a_run_error_is_reported_and_an_allocation_error_is_the_memory_limit() -> None:
+    config = sandbox.SandboxConfig(limits=LIMITS)
+    error = json.dumps({"error": "TVMError: shape mismatch"}).encode()
+    failure = sandbox._classify(_exited(1), _usage(), error, config)
+    assert failure is not None and failure.limit == "error" and failure.detail == "the run failed: TVMError: shape mismatch"
+    oom = json.dumps({"error": "RuntimeError: std::bad_alloc"}).encode()
+    failure = sandbox._classify(_exited(1), _usage(), oom, config)
+    assert failure is not None and failure.limit == "memory"
+
+
+def _answer(header: Any, blob: bytes = b"") -> bytes:
+    return json.dumps(header).encode() + b"\n" + blob
+
+
+def test_answer_round_trip() -> None:
+    a = np.arange(6, dtype="float32").reshape(2, 3)
+    b = np.array([True, False])
+    out = sandbox._read_answer(sandbox._encode([a, (b, a)]))
+    np.testing.assert_array_equal(out[0], a)
+    assert isinstance(out[1], tuple)
+    np.testing.assert_array_equal(out[1][0], b)
+    np.testing.assert_array_equal(out[1][1], a)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json\n",
+        _answer({"outputs": "x"}),
+        _answer({"outputs": [{"dtype": "object", "shape": [1], "offset": 0}]}, b"\0" * 8),
+        _answer({"outputs": [{"dtype": "float32", "shape": [4], "offset": 0}]}, b"\0" * 8),  # short
+        _answer({"outputs": [{"dtype": "float32", "shape": [-1], "offset": 0}]}),
+        _answer({"outputs": [{"dtype": "float32", "shape": [1], "offset": -4}]}, b"\0" * 8),
+        _answer({"outputs": [{"tuple": "x"}]}),
+        _answer({"outputs": [7]}),
+    ],
+    ids=["not-json", "outputs-not-a-list", "object-dtype", "short-blob", "negative-shape", "negative-offset",
+         "tuple-not-a-list", "leaf-not-an-object"],
+)
+def test_a_malformed_answer_is_refused(data: bytes) -> None:
+    with pytest.raises(sandbox.SandboxFailure) as caught:
+        sandbox._read_answer(data)
+    assert caught.value.limit == "answer"
+
+
+def test_failures_map_to_problem_kinds() -> None:
+    wall = check_failure(sandbox.SandboxFailure("wall-clock", "wall-clock limit 120 s"))
+    assert wall.kind == "compile-timeout" and "wall-clock limit 120 s" in wall.message
+    seccomp = check_failure(sandbox.SandboxFailure("seccomp", "seccomp (SIGSYS): x"))
+    assert seccomp.kind == "run-check-failed" and "seccomp (SIGSYS)" in seccomp.message
+    assert check_failure(sandbox.SandboxFailure("start", "no bwrap")).kind == "internal-error"
+
+
+def test_a_compile_process_killed_by_its_rlimits_is_named() -> None:
+    config = sandbox.config_from(Settings(compile_timeout_s=90), sandbox.Detected(None, None))
+    cpu = died(-signal.SIGXCPU, config)
+    assert cpu.kind == "compile-timeout" and cpu.message == "compiling hit its cpu limit 90 s"
+    assert died(-signal.SIGXFSZ, config).kind == "compile-failed"
+    assert died(-signal.SIGSEGV, config).kind == "internal-error"
+
+
+def test_child_limits_never_exceed_the_compile_process_hard_limits() -> None:
+    # limit_process holds a request above the current hard limit to it (a hard limit cannot rise).
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    assert sandbox._fit(resource.RLIMIT_CORE, 0, 0) == (0, 0)
+    if hard != resource.RLIM_INFINITY:
+        assert sandbox._fit(resource.RLIMIT_CORE, hard + 1, hard + 1) == (hard, hard)
+    assert (soft, hard) == resource.getrlimit(resource.RLIMIT_CORE)
+
+
+def test_off_mode_has_no_layers_and_probes_nothing() -> None:
+    config = sandbox.config_from(Settings(compile_sandbox="off"))
+    assert not config.enabled and config.layers == ()
+
+
+def test_missing_libseccomp_is_reported_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pyseccomp that cannot find libseccomp.so.2 fails at import, as the real one does.
+    (tmp_path / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{Path(__file__).resolve().parents[2]}")
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)  # and no bwrap: the plain probe
+    found = sandbox.detect.__wrapped__()
+    assert found.seccomp == "RuntimeError: Unable to find libseccomp"
+    assert found.bubblewrap == "bwrap is not installed"
+    config = sandbox.config_from(Settings(), found)
+    assert config.layers == ("rlimits", "wall-clock")
+    assert dict(config.unavailable) == {
+        "seccomp": "RuntimeError: Unable to find libseccomp",
+        "bubblewrap": "bwrap is not installed",
+    }
