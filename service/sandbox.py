@@ -293,14 +293,18 @@ def _probe(command: list[str], directory: Path) -> str | None:
 def detect() -> Detected:
     """Which optional layers work on this machine (once per process): the probe child
     installs the filter, first under bubblewrap (where `bwrap` is installed), else plain."""
-    with tempfile.TemporaryDirectory(prefix="devplan-probe-") as tmp:
-        directory = Path(tmp)
-        bwrap_why: str | None = "bwrap is not installed"
-        if shutil.which("bwrap") is not None:
-            bwrap_why = _probe(_bwrap_command(directory, gpu=False), directory)
-            if bwrap_why is None:
-                return Detected(seccomp=None, bubblewrap=None)
-        return Detected(seccomp=_probe([], directory), bubblewrap=bwrap_why)
+    try:
+        with tempfile.TemporaryDirectory(prefix="devplan-probe-") as tmp:
+            directory = Path(tmp)
+            bwrap_why: str | None = "bwrap is not installed"
+            if shutil.which("bwrap") is not None:
+                bwrap_why = _probe(_bwrap_command(directory, gpu=False), directory)
+                if bwrap_why is None:
+                    return Detected(seccomp=None, bubblewrap=None)
+            return Detected(seccomp=_probe([], directory), bubblewrap=bwrap_why)
+    except OSError as err:  # no writable temporary directory: no child can run here at all
+        why = f"the probe could not run: {err}"
+        return Detected(seccomp=why, bubblewrap=why)
 
 
 def config_from(settings: Any, detected: Detected | None = None) -> SandboxConfig:
@@ -455,7 +459,7 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
     chunks: list[bytes] = []
     size = 0
     timed_out = False
-    pidfd = os.pidfd_open(proc.pid)
+    pidfd = _pidfd(proc.pid)
     try:
         eof = exited = False
         while not (eof and exited):
@@ -463,7 +467,12 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
             if remaining <= 0:
                 timed_out = True
                 break
-            waiting = ([] if eof else [read_end]) + ([] if exited else [pidfd])
+            if pidfd is None and eof:  # no pidfd (an old kernel, a container's profile): poll
+                exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+                if not exited:
+                    time.sleep(min(0.01, remaining))
+                continue
+            waiting = ([] if eof else [read_end]) + ([] if exited or pidfd is None else [pidfd])
             ready, _, _ = select.select(waiting, [], [], remaining)
             if read_end in ready:
                 chunk = os.read(read_end, 1 << 20)
@@ -473,12 +482,13 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
                 chunks.append(chunk)
                 if size > cap:
                     break  # an answer larger than it can be: killed below, refused as malformed
-            if pidfd in ready:
+            if pidfd is not None and pidfd in ready:
                 exited = True
                 _kill_group(proc.pid)  # whatever it left behind holds the pipe open
     finally:
         _kill_group(proc.pid)
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
         os.close(read_end)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = -1  # reaped here (with its rusage); Popen must not wait again
@@ -487,6 +497,14 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
     if tail and (status != 0 or timed_out):
         log.info("run-check child (status %d) said: %s", status, tail)
     return b"".join(chunks), status, usage, timed_out
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits, where the kernel has them."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 def _kill_group(pgid: int) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 
-# One statement (or loop) of TIR in front of the kernel's work, 8 spaces in.
+# One statement (or loop) of TIR in front of the kernel's work, 8 spaces in. Each would
+# harm the server if it ran unconfined: make files, open network connections, fork, or
+# hold memory or a CPU forever.
 ATTACKS: dict[str, str] = {
     # {path}: where `system` would create a file (outside the child's directory)
     "system": 'T.evaluate(T.call_extern("int32", "system", "touch {path}"))',
@@ -30,7 +32,7 @@ ATTACKS: dict[str, str] = {
 _PLAIN = """    @T.prim_func
     def k(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
 {attack}        for i in {loop}(4):
-            y[i] = x[i] + T.float32(1)
+            y[i] = x[i] + T.float32({add})
 """
 
 _SBLOCK = """    @T.prim_func(s_tir=True)
@@ -76,16 +78,17 @@ def attack_lines(name: str, **fields: str) -> str:
     return "".join(f"        {line}\n" for line in text.splitlines())
 
 
-def kernel(attack: str = "", *, sblock: bool = False, parallel: bool = False) -> str:
-    """The kernel `k`: plain loops (optionally T.parallel) after `attack`, or T.sblock."""
+def kernel(attack: str = "", *, sblock: bool = False, parallel: bool = False, add: int = 1) -> str:
+    """The kernel `k`: plain loops (optionally T.parallel) after `attack`, or T.sblock;
+    it adds `add` (a fresh value makes a fresh module: no cache hit)."""
     if sblock:
         return _SBLOCK
-    return _PLAIN.format(attack=attack, loop="T.parallel" if parallel else "range")
+    return _PLAIN.format(attack=attack, loop="T.parallel" if parallel else "range", add=add)
 
 
-def one_device(attack: str = "", *, sblock: bool = False, parallel: bool = False) -> str:
+def one_device(attack: str = "", *, sblock: bool = False, parallel: bool = False, add: int = 1) -> str:
     """A module whose main calls `k` once (the device is the planner's)."""
-    return _ONE.format(kernel=kernel(attack, sblock=sblock, parallel=parallel))
+    return _ONE.format(kernel=kernel(attack, sblock=sblock, parallel=parallel, add=add))
 
 
 def two_devices(second: str = "llvm:1", attack: str = "", *, sblock: bool = False) -> str:
@@ -100,3 +103,19 @@ def def_line(text: str, name: str = "k") -> int:
     found = re.search(rf"^\s*def {name}\(", text, re.MULTILINE)
     assert found is not None
     return text.count("\n", 0, found.start()) + 1
+
+
+# What each attack ends as under the attack tests' limits (tests/sandbox/test_attacks*.py):
+# the problem kind and the start of its detail after "the run check ...".
+CPU_S = 10
+MEMORY_BYTES = 512 << 20
+WALL_S = 8  # only where the wall clock is meant to be hit (the sleep); elsewhere 600 s
+EXPECTED: dict[str, tuple[str, str]] = {
+    "system": ("run-check-failed", "seccomp (SIGSYS)"),
+    "fopen": ("run-check-failed", "seccomp (SIGSYS)"),
+    "socket": ("run-check-failed", "seccomp (SIGSYS)"),
+    "fork": ("run-check-failed", "seccomp (SIGSYS)"),
+    "alloc": ("run-check-failed", "memory limit 512 MiB"),
+    "busy": ("run-check-failed", f"cpu limit {CPU_S} s"),
+    "sleep": ("compile-timeout", f"wall-clock limit {WALL_S} s"),
+}

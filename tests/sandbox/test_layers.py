@@ -56,6 +56,14 @@ def test_clean_kernel_runs_under_the_filter(directory: Path, bubblewrap: bool) -
 
 
 @needs_seccomp
+def test_a_kernel_without_pidfd_support_is_waited_for_too(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where pidfd_open is refused (an old kernel, a container's seccomp profile).
+    monkeypatch.setattr(sandbox, "_pidfd", lambda pid: None)
+    (out,) = _run(one_device(), directory)
+    np.testing.assert_array_equal(out, X + 1)
+
+
+@needs_seccomp
 def test_threaded_kernel_runs_under_the_filter(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two TVM threads even on a small machine: the pool's worker is made before the filter.
     monkeypatch.setenv("TVM_NUM_THREADS", "2")
