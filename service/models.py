@@ -220,14 +220,14 @@ _DEFAULT_MAX_TIMEOUT_MS = 120_000
 
 
 class PlanRequest(BaseModel):
-    """A Relay module (text or TVM JSON) and the planning configuration."""
+    """A Relay or Relax module (text or TVM JSON) and the planning configuration."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     module: str = Field(
         ...,
-        description="The Relay module: text as printed by TVM <= 0.19 (`mod.astext()`), "
-        "or TVM's JSON (`tvm.ir.save_json(mod)`).",
+        description="The Relay or Relax module: Relay text as printed by TVM <= 0.19 (`mod.astext()`), "
+        "a Relax IRModule's TVMScript (`mod.script()`), or TVM's JSON of either (`tvm.ir.save_json(mod)`).",
     )
     format: Literal["text", "json"] | None = Field(
         None, description="Input format; detected from the content when absent (JSON starts with `{`)."

@@ -76,6 +76,9 @@ class Naming:
     # Relax writes one `R.to_vdevice` per value and device (service/relax_planning.py),
     # Relay one `device_copy` per use: the record counts copies as the module is written.
     one_copy_per_value: bool = False
+    # The type of a node as the language states it (Relax: the binding's struct info),
+    # for copy sizes; None: inferred from the planner's module.
+    type_of: Callable[[Expr], Any] | None = None
 
     def of(self, expr: Expr, default: str) -> tuple[str, str | None, relay.Span | None]:
         """(name, binding, location) of `expr`: its own name and span when the
@@ -556,15 +559,16 @@ def build_record(
     """The record of `result`, the plan of `graph.module` under `config`
     (planned with `record_constraints=True`, whose log gives every node's
     device). `reasons`: node id -> why-answer reason (`decided_by`), when
-    asked for; `type_of` sizes the copies (`solver.module_types`)."""
+    asked for; `type_of` sizes the copies (default: the naming's, else
+    `solver.module_types`)."""
     log_ = result.constraints
     if log_ is None:
         raise ValueError("a placement record needs a plan made with record_constraints=True")
     devices = log_.devices
     module = graph.module
-    stated = graph.naming.language == "relax"
+    type_of = type_of or graph.naming.type_of
     sites, copies, result_inputs = graph.copies(
-        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module, stated))
+        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module))
     )
     copies, site_copy = _as_written(copies) if graph.naming.one_copy_per_value else (copies, list(range(len(copies))))
     placements = tuple(
@@ -630,11 +634,10 @@ def _as_written(copies: Sequence[CopyEntry]) -> tuple[list[CopyEntry], list[int]
     return merged, site_copy
 
 
-def _types(module: Module, stated: bool) -> Callable[[Expr], Any] | None:
-    """The type of each node for copy sizes: inferred (Relay), or as the
-    module states them (a Relax translation carries TVM's struct info)."""
+def _types(module: Module) -> Callable[[Expr], Any] | None:
+    """The type of each node for copy sizes, as the optimize mode infers them."""
     try:
-        type_of, _ = solver.module_types(module, stated=stated)
+        type_of, _ = solver.module_types(module)
     except (relay.RelayError, ValueError, TypeError, KeyError) as err:
         log.debug("no types for copy sizes: %s", err)
         return None
@@ -703,7 +706,8 @@ class Renamer:
         self.ids = ids
         self.active = bool(naming.names)
         words: list[tuple[str, str]] = [(ast.ON_DEVICE, naming.annotation), (ast.DEVICE_COPY, naming.copy)]
-        by_span: dict[tuple[int, int, str], str] = {}
+        # (line, column) -> the Relay texts of the named nodes written there, with their texts.
+        self._at: dict[tuple[int, int], list[tuple[str, str]]] = {}
         if self.active:
             for n in ids:
                 found = naming.names.get(id(n))
@@ -713,31 +717,30 @@ class Renamer:
                     words.append((f"%{n.name}", found.name))
                 span = getattr(n, "span", None)
                 if span is not None:
-                    by_span.setdefault((span.line, span.column, short_text(n)), found.text)
+                    self._at.setdefault((span.line, span.column), []).append((short_text(n), found.text))
         self._words = [(re.compile(r"(?<![\w.])" + re.escape(a) + r"(?![\w.])"), b) for a, b in words if a != b]
-        self._by_span = by_span
 
-    def text(self, message: str, node: int | None = None) -> str:
-        """`message` about input node `node` (when known) in the language's terms."""
+    def text(
+        self, message: str, node: int | None = None, line: int | None = None, column: int | None = None
+    ) -> str:
+        """`message` about input node `node`, or about what is written at
+        line:column (when known), in the language's terms."""
         if not self.active:
             return message
+        pairs: list[tuple[str, str]] = []
         if node is not None and 0 <= node < len(self.ids):
             expr = self.ids[node]
             found = self.naming.names.get(id(expr))
             if found is not None:
-                message = message.replace(short_text(expr), found.text)
+                pairs.append((short_text(expr), found.text))
+        if line is not None and column is not None:
+            pairs.extend(self._at.get((line, column), ()))
+        for relay_text, text in pairs:
+            if relay_text:
+                message = message.replace(relay_text, text)
         for pattern, word in self._words:
             message = pattern.sub(word, message)
         return message
-
-    def at(self, message: str, line: int | None, column: int | None, relay_text: str) -> str:
-        """`message` about the expression written `relay_text` at line:column."""
-        if not self.active:
-            return message
-        found = self._by_span.get((line, column, relay_text)) if line is not None and column is not None else None
-        if found is not None and relay_text:
-            message = message.replace(relay_text, found)
-        return self.text(message)
 
     def why(self, results: Sequence[solver.WhyResult]) -> tuple[solver.WhyResult, ...]:
         """Why-answers in the language's terms."""
@@ -750,7 +753,10 @@ class Renamer:
                     a,
                     expression=self.text(a.expression, a.node),
                     message=self.text(a.message),
-                    chain=tuple(dataclasses.replace(s, message=self.text(s.message, s.node)) for s in a.chain),
+                    chain=tuple(
+                        dataclasses.replace(s, message=self.text(s.message, s.node, s.line, s.column))
+                        for s in a.chain
+                    ),
                 )
                 for a in r.answers
             )
@@ -762,18 +768,16 @@ class Renamer:
         if not self.active:
             return err
         constraints = []
+        message = err.message or str(err)
         for c in err.constraints:
             line = c.span.line if c.span is not None else None
             column = c.span.column if c.span is not None else None
             constraints.append(
                 dataclasses.replace(
                     c,
-                    description=self.at(c.description, line, column, c.expr_text),
-                    expr_text=self.at(c.expr_text, line, column, c.expr_text),
+                    description=self.text(c.description, line=line, column=column),
+                    expr_text=self.text(c.expr_text, line=line, column=column),
                 )
             )
-        message = err.message or str(err)
-        for c in err.constraints:
-            if c.span is not None and c.expr_text:
-                message = self.at(message, c.span.line, c.span.column, c.expr_text)
-        return solver.PlanningConflict(self.text(message), constraints, err.span)
+            message = self.text(message, line=line, column=column)
+        return solver.PlanningConflict(message, constraints, err.span)

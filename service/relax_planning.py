@@ -24,7 +24,7 @@ from relay import ast
 from relay.span import SourceText
 from service.record import Naming, NodeName
 from tvm_bridge.relax_plan import print_relax, read_relax, relax_op_calls
-from tvm_bridge.relax_translate import Translation, binding_names, real_node, translate
+from tvm_bridge.relax_translate import Translation, binding_names, real_node, relay_type, translate
 from tvm_bridge.relax_write import Placement, read_placement, write_back
 from tvm_bridge.targets import native_output_to_log
 
@@ -94,8 +94,12 @@ def naming(translation: Translation) -> Naming:
     names: dict[int, NodeName] = {}
     nodes = {id(n): n for n in solver.node_ids(translation.module)}
     args: dict[int, str] = {}  # the operands as TVMScript names them, for messages
+    variables: dict[int, Any] = {}  # the Relax variable of each node, for its type
     for b in translation.bindings.values():
-        if b.node is not None and isinstance(b.value, relax.Call):
+        if b.node is None:
+            continue
+        variables.setdefault(id(real_node(b.node)), b.var)
+        if isinstance(b.value, relax.Call):
             args.setdefault(id(real_node(b.node)), _operands(b.value))
     for key, found in binding_names(translation).items():
         node = nodes.get(key)
@@ -113,7 +117,14 @@ def naming(translation: Translation) -> Naming:
     for params in translation.params.values():
         for var, node in params:
             names[id(node)] = NodeName(str(var.name), str(var.name), str(var.name))
-    return Naming("relax", names, ANNOTATION, COPY, one_copy_per_value=True)
+            variables[id(node)] = var
+
+    def type_of(expr: ast.Expr) -> ast.Type | None:
+        """The struct info of the binding (or parameter) a node is, as a Relay type."""
+        var = variables.get(id(real_node(expr)))
+        return relay_type(var.ty) if var is not None else None
+
+    return Naming("relax", names, ANNOTATION, COPY, one_copy_per_value=True, type_of=type_of)
 
 
 def _operands(call: Any) -> str:

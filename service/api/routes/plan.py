@@ -1,4 +1,4 @@
-"""POST /plan: plan a Relay module's devices."""
+"""POST /plan: plan the devices of a Relay or Relax module; POST /plan/diff."""
 
 from __future__ import annotations
 
@@ -56,9 +56,10 @@ async def submit_plan(job: PlanJob, pool: PlanPool, metrics: Metrics, *, count_b
 @router.post(
     "/plan",
     operation_id="plan",
-    summary="Plan the devices of a Relay module",
-    description="Parses the module (text or TVM JSON), decides a virtual device for every "
-    "sub-expression, and returns the module with `on_device` / `device_copy` made explicit. "
+    summary="Plan the devices of a Relay or Relax module",
+    description="Reads the module (Relay text, Relax TVMScript, or TVM JSON of either), decides a virtual "
+    "device for every sub-expression, and returns the module with `on_device` / `device_copy` made explicit "
+    "(Relax: a vdevice on every tensor and `R.to_vdevice` at each copy). "
     '`mode: "tvm"` (default) gives exactly TVM <= 0.19 PlanDevices\' answer; `mode: "optimize"` lets Z3 '
     "choose the devices that minimise the predicted run time under operator support and memory "
     "budgets, and adds `cost` to the response. Conflicts come back as a 422 problem listing the "
