@@ -105,7 +105,7 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from service import __version__
 
-    parser = _Parser(prog="devplan", description="Device planning for TVM Relay modules.")
+    parser = _Parser(prog="devplan", description="Device planning for TVM Relay and Relax modules.")
     parser.add_argument("--version", action="version", version=f"devplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -160,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="compare two plans (modules planned with the same flags, or reports); exit 6 when a --fail-on rule is hit",
     )
-    d.add_argument("before", metavar="BEFORE", help="a Relay module or a report (devplan plan --report)")
-    d.add_argument("after", metavar="AFTER", help="a Relay module or a report")
+    d.add_argument(
+        "before", metavar="BEFORE", help="a Relay or Relax module, or a report (devplan plan --report)"
+    )
+    d.add_argument("after", metavar="AFTER", help="a Relay or Relax module, or a report")
     _add_request_flags(d.add_argument)
     d.add_argument(
         "--format",
