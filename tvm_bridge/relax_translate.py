@@ -39,6 +39,8 @@ from relay import ast
 from relay.device import Target, VirtualDevice, parse_target
 from relay.span import RelayError, SourceText, Span
 
+from .targets import native_output_to_log
+
 log = logging.getLogger(__name__)
 
 HINT = "relax.hint_on_device"
@@ -55,8 +57,52 @@ class RelaxTranslationError(RelayError):
 # Devices
 
 
+@functools.cache
+def _default_attrs(kind: str) -> dict[str, Any]:
+    """What TVM fills in for a target given by its kind alone (keys, the host's
+    mtriple, cuda's arch and thread limits), as plain values."""
+    try:
+        with native_output_to_log(log):  # TVM's CUDA-version warning on a machine without a GPU
+            exported = dict(tvm.target.Target({"kind": kind}).export())
+    except Exception:  # noqa: BLE001 - a kind TVM cannot make alone
+        return {}
+    exported.pop("kind", None)
+    return {str(k): plain(v) for k, v in exported.items()}
+
+
+_SIMPLE = (str, int, float)
+
+
 def relay_target(target: Any) -> Target:
-    """A TVM `Target` as the planner's plain `relay.device.Target` value."""
+    """A TVM `Target` as the planner's plain `relay.device.Target` value. What
+    TVM filled in by default is left out, so `I.vdevice("llvm", 0)` is the
+    request's `cpu` (`parse_target("llvm")`), and a device differs from a
+    request's only where the module says something of its own (an arch)."""
+    exported = dict(target.export())
+    kind = str(exported["kind"])
+    if exported.get("host") is None:
+        defaults = _default_attrs(kind)
+        own = {
+            str(k): plain(v)
+            for k, v in exported.items()
+            if k not in ("kind", "host") and plain(v) != defaults.get(str(k), _MISSING)
+        }
+        if "keys" not in own and not own.get("tag") and all(
+            isinstance(v, _SIMPLE) and not isinstance(v, bool) for v in own.values()
+        ):
+            own.pop("tag", None)
+            try:
+                return parse_target(" ".join([kind, *(f"-{k}={v}" for k, v in sorted(own.items()))]))
+            except (RelayError, ValueError):
+                log.debug("target %s kept with every attribute", kind)
+    return _full_target(target)
+
+
+_MISSING = object()
+
+
+def _full_target(target: Any) -> Target:
+    """A TVM `Target` with every attribute it has."""
     exported = dict(target.export())
     host = exported.pop("host", None)
     kind = str(exported.pop("kind"))
