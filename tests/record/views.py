@@ -78,6 +78,9 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     assert not schema_errors(report), schema_errors(report)[:5]
     copies = report["copies"]
     by_node = {p["node"]: p for p in report["placements"]}
+    # The planned module itself (Relay text): one device_copy per copy.
+    if outcome.format == "text" and not any(p.get("binding") for p in report["placements"]):
+        assert outcome.module.count("device_copy(") == len(copies)
     # The response summary (what /explore's copies panel lists) and the report.
     assert [(c["line"], c["column"], c["src"], c["dst"]) for c in outcome.summary["device_copies"]] == [
         (c["line"], c["column"], c["src"], c["dst"]) for c in copies
@@ -133,3 +136,17 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
         )
         for c in delta["copies_added"]:
             assert c["ends"] == copy_ends(c, by_node)
+
+
+def written_copies(job: PlanJob) -> tuple[int, int]:
+    """The copies a Relax plan's output has: (the `R.to_vdevice` bindings the
+    plan adds, `RelaxPlan.copies`; the input's own, which the output keeps),
+    planned along the request path's own steps."""
+    from service.planning import build_config, plan_record, read_source
+    from service.relax_planning import RelaxSource, write_plan
+
+    source = read_source(job)
+    assert isinstance(source, RelaxSource)
+    record = plan_record(source, source.configure(build_config(job)))
+    kept = sum(1 for b in source.translation.bindings.values() if b.kind == "copy")
+    return write_plan(source.translation, record.result).copies, kept
