@@ -5,7 +5,10 @@ parser gives, and the text fixes of issue 28 (float words, long metadata lines).
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ import tvm_bridge
 from relay.span import ParseError, SourceText
 from service.relax_planning import plan_relax
 from solver import PlanConfig
+from tests.tvm_bridge.test_relax_service import _BLOCK_TVM
 from tvm_bridge import tvmscript_guard_table as table
 from tvm_bridge.relax_plan import print_relax, read_relax
 from tvm_bridge.tvmscript_guard import MAX_DEPTH, check_tvmscript
@@ -32,6 +36,7 @@ from .attacks import ATTACKS, Attack
 pytestmark = pytest.mark.tvm
 
 LLVM_ONLY = {"cpu": "llvm", "cuda": "llvm"}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _corpus_scripts(corpus_dir: Path) -> list[Path]:
@@ -318,3 +323,34 @@ def test_non_ascii_columns_are_characters() -> None:
         read_relax(text)
     line = next(ln for ln in text.splitlines() if "open)" in ln)
     assert info.value.column == line.index("open") + 1
+
+
+_LONG_METADATA_WITHOUT_TVM = textwrap.dedent(
+    """
+    import json
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+    from service.config import Settings
+    from service.main import create_app
+
+    module = Path(sys.argv[1]).read_text()
+    with TestClient(create_app(Settings(pool_kind="thread", pool_size=1)), raise_server_exceptions=False) as c:
+        r = c.post("/plan", json={"module": module})
+    print(json.dumps([r.status_code, r.json(), "tvm" in sys.modules]))
+    """
+)
+
+
+def test_long_metadata_text_without_tvm_is_503(corpus_dir: Path) -> None:
+    """TVMScript whose metadata line runs past detection's head is still Relax:
+    without TVM the documented 503 `tvm-unavailable`, not Relay's 400."""
+    path = corpus_dir / "relax" / "tv_resnet18.py"
+    done = subprocess.run(
+        [sys.executable, "-c", _BLOCK_TVM + _LONG_METADATA_WITHOUT_TVM, str(path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, body, tvm_loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert status == 503 and body["type"].endswith("/tvm-unavailable"), body
+    assert tvm_loaded is False
