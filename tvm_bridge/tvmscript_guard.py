@@ -25,6 +25,7 @@ import ast
 import builtins
 import io
 import logging
+import re
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ ALLOWED_IMPORTS = frozenset({("ir", "I"), ("relax", "R"), ("tir", "T"), ("tirx",
 # each becomes a float expression of the same value (same length where it can).
 FLOAT_WORDS = {"inf": "1e999", "-inf": "-1e999", "+inf": "1e999", "nan": "1e999-1e999", "-nan": "1e999-1e999"}
 
+_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|\Z)")
 _BINDABLE_FORBIDDEN = PARSER_GLOBALS | {"cls", "metadata", "range"}
 _LITERAL_TYPES = (str, int, float, bool, type(None))
 
@@ -123,7 +125,9 @@ class _Lines:
 
     def __init__(self, source: SourceText) -> None:
         self.source = source
-        self.lines = source.text.splitlines(keepends=True)
+        # Python's own line breaks only (`str.splitlines` also breaks at \x0c, \x1c, \u2028, ...,
+        # which may sit inside a string literal: offsets would then miss the nodes they name).
+        self.lines = [m.group(0) for m in _LINE_RE.finditer(source.text)]
         self.ascii = source.text.isascii()
         self.starts = [0]
         for text in self.lines:
@@ -629,19 +633,37 @@ class _Checker:
 
     # -------------------------------------------------------------- the edits
 
+    def _region(self, node: ast.stmt | ast.expr, mode: str) -> tuple[int, int]:
+        """The character range of `node` in the text, checked: it parses on its
+        own to the same tree, so an edit there changes exactly what was checked."""
+        start = self.lines.offset(node.lineno, node.col_offset)
+        end_line = node.end_lineno or node.lineno
+        end = self.lines.offset(end_line, node.end_col_offset or 0)
+        chunk = self.lines.source.text[start:end]
+        parsed: ast.AST | None = None
+        try:
+            tree = ast.parse(chunk, mode=mode)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if isinstance(tree, ast.Module) and len(tree.body) == 1:
+            parsed = tree.body[0]
+        elif isinstance(tree, ast.Expression):
+            parsed = tree.body
+        if parsed is None or ast.dump(parsed) != ast.dump(node):
+            raise _Refused(node, "this statement cannot be located in the text exactly (unusual line breaks?)")
+        return start, end
+
     def _edited(self, metadata: ast.Constant | None, header: ast.stmt | None) -> Checked:
         """The text for TVM's parser: blanked statements, rewritten floats."""
         text = self.lines.source.text
         edits: list[tuple[int, int, str, int]] = []  # (start, end, replacement, line)
         for stmt in self.blank:
-            start = self.lines.offset(stmt.lineno, stmt.col_offset)
-            end = self.lines.offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
+            start, end = self._region(stmt, "exec")
             chunk = text[start:end]
-            edits.append((start, end, "".join("\n" if ch == "\n" else " " for ch in chunk), stmt.lineno))
+            edits.append((start, end, "".join(ch if ch in "\r\n" else " " for ch in chunk), stmt.lineno))
         shifts: dict[int, list[tuple[int, int]]] = {}
         for node, replacement in self.floats:
-            start = self.lines.offset(node.lineno, node.col_offset)
-            end = self.lines.offset(node.end_lineno or node.lineno, node.end_col_offset or 0)
+            start, end = self._region(node, "eval")
             added = len(replacement) - (end - start)
             if added:
                 shifts.setdefault(node.lineno, []).append(

@@ -354,3 +354,21 @@ def test_long_metadata_text_without_tvm_is_503(corpus_dir: Path) -> None:
     status, body, tvm_loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert status == 503 and body["type"].endswith("/tvm-unavailable"), body
     assert tvm_loaded is False
+
+
+@pytest.mark.parametrize("odd", ["\u2028", "\x0c", "\x1c", "\x85", "\r"])
+def test_edits_land_where_the_checked_nodes_are(odd: str) -> None:
+    """Line breaks Python does not count (inside literals) or counts unlike
+    `str.splitlines` cannot shift the blanked header or a rewritten float onto
+    text that was never checked: the text handed to TVM parses to the checked module."""
+    header = f'metadata = tvm.ir.load_json("""{{"root_index": 0, "nodes": [{{"type": "None"}}]}}{odd}""")\n'
+    text = header.replace("\n", "\r\n") if odd == "\r" else header
+    text += FLOATS if odd == "\r" else FLOATS.replace("# from", f"# {odd} from", 1)
+    checked = check_tvmscript(text, SourceText("<relax>", text))
+    # Python reads a bare \r in a literal as \n (and counts it as a line).
+    assert checked.metadata is not None and checked.metadata.endswith("\n" if odd == "\r" else odd)
+    assert "metadata" not in checked.script.split("@I.ir_module")[0]
+    for rewritten in ("R.const(-1e999, ", "R.const(1e999, ", "R.const(1e999-1e999, "):
+        assert checked.script.count(rewritten) == 1
+    assert 'R.const("' not in checked.script
+    assert checked.script.count("\n") == text.count("\n")
