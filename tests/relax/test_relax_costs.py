@@ -264,3 +264,14 @@ def test_binding_names_name_each_translated_node() -> None:
     assert relu.span is not None and relu.span.line == 8
     take = names[id(body.args[0])]
     assert (take.var, take.op, take.span.line if take.span else None) == ("rows", "R.take", 7)
+
+
+def test_benchmark_corpus_rows_run() -> None:
+    """benchmarks/relax.py --corpus stays runnable (its table is in docs/relax.md)."""
+    import runpy
+    from pathlib import Path
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "relax.py"))
+    (row,) = bench["corpus_rows"](("hf_bert",), 1)
+    assert len(row) == len(bench["CORPUS_HEAD"])
+    assert row[0] == "hf_bert" and row[-2] == "0 (0)" and row[-1] > 0
