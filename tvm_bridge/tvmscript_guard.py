@@ -63,6 +63,13 @@ ALLOWED_IMPORTS = frozenset({("ir", "I"), ("relax", "R"), ("tir", "T"), ("tirx",
 # each becomes a float expression of the same value (same length where it can).
 FLOAT_WORDS = {"inf": "1e999", "-inf": "-1e999", "+inf": "1e999", "nan": "1e999-1e999", "-nan": "1e999-1e999"}
 
+# The decorator keywords TVM prints (`check_well_formed=False` would let a
+# malformed module past TVM's own checks).
+DECORATOR_KEYWORDS = {
+    "I.ir_module": frozenset(),
+    "R.function": frozenset({"private", "pure"}),
+    "T.prim_func": frozenset({"private", "s_tir"}),
+}
 _LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|\Z)")
 _BINDABLE_FORBIDDEN = PARSER_GLOBALS | {"cls", "metadata", "range"}
 _LITERAL_TYPES = (str, int, float, bool, type(None))
@@ -344,6 +351,9 @@ class _Checker:
                         kw.value if kw.arg is not None else kw,
                         "decorator arguments must be keywords with literal values",
                     )
+                if kw.arg not in DECORATOR_KEYWORDS.get(chain, frozenset()):
+                    allowed_kw = _listed(DECORATOR_KEYWORDS.get(chain, frozenset())) or "none"
+                    raise _Refused(kw, f"`@{chain}` takes no keyword `{kw.arg}` here (allowed: {allowed_kw})")
 
     # ------------------------------------------------------------- functions
 
@@ -374,8 +384,9 @@ class _Checker:
     def _body(self, body: list[ast.stmt], scope: _Scope, functions: frozenset[str]) -> None:
         """Statements in order, with an explicit stack; each nested block gets
         a frame of names that ends with it (TVM's parser scopes `with`, `for`
-        and `if` bodies so too)."""
-        work: list[ast.stmt | str] = list(reversed(body))
+        and `if` bodies so too), and the names its head binds (a loop's
+        variables, `with ... as x`) are bound in that frame, not around it."""
+        work: list[ast.stmt | _Bind | str] = list(reversed(body))
         while work:
             item = work.pop()
             if isinstance(item, str):
@@ -384,14 +395,21 @@ class _Checker:
                 else:
                     scope.blocks.pop()
                 continue
-            for block in reversed(self._statement(item, scope, functions)):
+            if isinstance(item, _Bind):
+                self._target(item.target, scope, names_only=True)
+                continue
+            for block, binds in reversed(self._statement(item, scope, functions)):
                 work.append(_POP)
                 work.extend(reversed(block))
+                work.extend(_Bind(b) for b in reversed(binds))
                 work.append(_PUSH)
 
-    def _statement(self, stmt: ast.stmt, scope: _Scope, functions: frozenset[str]) -> list[list[ast.stmt]]:
+    def _statement(
+        self, stmt: ast.stmt, scope: _Scope, functions: frozenset[str]
+    ) -> list[tuple[list[ast.stmt], tuple[ast.expr, ...]]]:
         """Check one statement's own parts (binding what it binds); its nested
-        blocks come back to be walked in order."""
+        blocks come back to be walked in order, each with the targets to bind
+        in its frame."""
         if isinstance(stmt, ast.Expr):
             call = stmt.value
             if not isinstance(call, ast.Call) or attribute_chain(call.func) not in table.CHAINS:
@@ -418,25 +436,21 @@ class _Checker:
             return []
         if isinstance(stmt, ast.If):
             self._expressions([stmt.test], scope)
-            return [stmt.body, stmt.orelse] if stmt.orelse else [stmt.body]
+            return [(stmt.body, ()), (stmt.orelse, ())] if stmt.orelse else [(stmt.body, ())]
         if isinstance(stmt, ast.With):
             for item in stmt.items:
                 self._head(item.context_expr, table.FRAMES, "with", scope)
-            for item in stmt.items:
-                if item.optional_vars is not None:
-                    self._target(item.optional_vars, scope, names_only=True)
-            return [stmt.body]
+            return [(stmt.body, tuple(i.optional_vars for i in stmt.items if i.optional_vars is not None))]
         if isinstance(stmt, ast.For):
             if stmt.orelse:
                 raise _Refused(stmt.orelse[0], "`for ... else` is not allowed in TVMScript")
             self._head(stmt.iter, table.LOOPS, "for", scope)
-            self._target(stmt.target, scope, names_only=True)
-            return [stmt.body]
+            return [(stmt.body, (stmt.target,))]
         if isinstance(stmt, ast.While):
             if stmt.orelse:
                 raise _Refused(stmt.orelse[0], "`while ... else` is not allowed in TVMScript")
             self._expressions([stmt.test], scope)
-            return [stmt.body]
+            return [(stmt.body, ())]
         if isinstance(stmt, ast.Assert):
             self._expressions([stmt.test] + ([stmt.msg] if stmt.msg is not None else []), scope)
             return []
@@ -739,6 +753,13 @@ def _attribute_parts(node: ast.Attribute) -> list[str]:
         parts.append(current.attr)
         current = current.value
     return parts[::-1]
+
+
+@dataclass(frozen=True)
+class _Bind:
+    """A work item of `_body`: bind the names of a block's head in its frame."""
+
+    target: ast.expr
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,20 @@ ATTACKS: tuple[Attack, ...] = (
         "builtin",
     ),
     Attack(
+        "builtin-loop-variable-after-its-loop",
+        _PRIM.replace("for i in range(4)", "for open in range(4)").format(
+            body='            b[open] = a[open]\n        T.evaluate(open("{marker}", "w"))\n'
+        ),
+        'open("',
+        "builtin",
+    ),
+    Attack(
+        "decorator-unprinted-keyword",
+        _relax(_DATAFLOW, deco="@R.function(check_well_formed=False)"),
+        "check_well_formed",
+        "no keyword",
+    ),
+    Attack(
         "attribute-of-call",
         _relax("        y = R.add(x, x).__class__\n        return y\n"),
         "R.add(x, x).__class__",
