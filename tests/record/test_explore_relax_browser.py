@@ -7,7 +7,6 @@ stage; tests/service/test_explore_browser.py covers the page on Relay."""
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
 import os
@@ -19,6 +18,7 @@ import pytest
 from service import picture
 from service.planning import PlanJob, run_plan
 from tests.record.views import RELAX
+from tests.service.test_explore_browser import _click_node, _screenshot
 from tests.service.test_service_docs_browser import DevTools, browser  # noqa: F401 (the fixture)
 
 MODEL = RELAX / "tv_resnet18.py"
@@ -30,20 +30,6 @@ pytestmark = [
     pytest.mark.skipif(picture.dot_path() is None, reason="Graphviz dot is not installed"),
     pytest.mark.skipif(not MODEL.exists(), reason="Relax corpus not found"),
 ]
-
-
-def _click(tools: DevTools, selector: str) -> None:
-    tools.evaluate(
-        f"(() => {{ const g = document.querySelector({json.dumps(selector)});"
-        " const r = g.getBoundingClientRect();"
-        " g.dispatchEvent(new MouseEvent('click', {bubbles: true, clientX: r.x + r.width / 2,"
-        " clientY: r.y + r.height / 2})); })()"
-    )
-
-
-def _screenshot(tools: DevTools, path: Path) -> None:
-    shot = tools.call("Page.captureScreenshot", format="png")
-    path.write_bytes(base64.b64decode(shot["data"]))
 
 
 def test_explore_plans_tv_resnet18_from_tvmscript(
@@ -77,7 +63,7 @@ def test_explore_plans_tv_resnet18_from_tvmscript(
     assert f"{conv['binding']} = R.nn.conv2d" in label, label
 
     # Pin it to the cpu from its menu: the copy appears, where /plan puts it.
-    _click(browser, f"#picture svg g#n{conv['node']}")
+    _click_node(browser, f"#picture svg g#n{conv['node']}")
     browser.wait_for("!document.getElementById('menu').hidden")
     browser.evaluate("document.querySelector('#menu button.pin[data-device=\"cpu\"]').click()")
     browser.wait_for("document.querySelectorAll('#picture svg g.edge.copy').length > 0", timeout_s=180)
@@ -99,7 +85,7 @@ def test_explore_plans_tv_resnet18_from_tvmscript(
     _screenshot(browser, out / "2-pinned.png")
 
     # Why is it on the cpu? In Relax terms.
-    _click(browser, f"#picture svg g#n{conv['node']}")
+    _click_node(browser, f"#picture svg g#n{conv['node']}")
     browser.wait_for("!document.getElementById('menu').hidden")
     browser.evaluate("document.querySelector('#menu button.why').click()")
     answer = browser.wait_for(
