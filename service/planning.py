@@ -23,7 +23,6 @@ from service.compile_targets import compile_targets
 from service.device_map import device_map_table, record_device_map
 from service.picture import build_picture
 from service.record import (
-    KIND_PARAMETER,
     RELAY,
     Naming,
     PlacementGraph,
@@ -608,18 +607,19 @@ def _functions_summary(record: PlacementRecord) -> dict[str, Any]:
     """{"@f": {params: [{name: "%x", device}], result}} from the solver's summary.
 
     The solver gives device names per global (keyed by name, params in order);
-    the parameter names are the record's (as the module's language writes them).
+    the parameter names are the module's, as its language writes them.
     """
-    param_names: dict[str, dict[int, str]] = {}
-    for p in record.placements:
-        if p.kind == KIND_PARAMETER and p.index is not None:
-            param_names.setdefault(p.function, {})[p.index] = p.name
+    param_names = {
+        gv.name: [record.naming.of(p, f"%{p.name}")[0] for p in func.params] for gv, func in record.module.functions
+    }
     out: dict[str, Any] = {}
     for name, info in record.result.functions.items():
-        key = f"@{name.lstrip('@')}"
-        names = param_names.get(key, {})
-        params = [{"name": names.get(i, f"#{i}"), "device": str(d)} for i, d in enumerate(info["params"])]
-        out[key] = {"params": params, "result": str(info["result"])}
+        bare = name.lstrip("@")
+        names = param_names.get(bare, [])
+        params = [
+            {"name": names[i] if i < len(names) else f"#{i}", "device": str(d)} for i, d in enumerate(info["params"])
+        ]
+        out[f"@{bare}"] = {"params": params, "result": str(info["result"])}
     return out
 
 

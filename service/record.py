@@ -187,9 +187,10 @@ class ResultEntry:
 @dataclass(frozen=True)
 class PlacementRecord:
     """The record of one plan (module docstring). `module` is the planner's
-    input, `result` its plan; `sites` (one per copy, the same order as
-    `copies`: input parent, input child, planned copy; `site_copy[k]` is the
-    copy that site k is part of) stay internal, for views that draw the
+    input, `result` its plan; `sites` (every `device_copy` of the planned
+    module: input parent, input child, planned copy) and `site_copy` (the
+    index in `copies` of each site's copy: a language that writes one copy per
+    value and device merges sites) stay internal, for views that draw the
     module's structure (the picture)."""
 
     language: str
