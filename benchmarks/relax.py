@@ -96,15 +96,11 @@ def run(model: str, repeat: int) -> list[tuple[str, float]]:
     return rows
 
 
-CORPUS_MODELS = (
-    "tv_resnet18",
-    "tv_mobilenet_v3_small",
-    "tv_convnext_tiny",
-    "tv_swin_t",
-    "tv_vit_b_16",
-    "hf_bert",
-    "hf_gpt2",
-    "offload/llama_h1024_l8",
+# Every model of the Relax corpus (offload/'s included; its device maps, NAME.accelerate.json, are no model).
+CORPUS_MODELS = tuple(
+    str(p.relative_to(CORPUS / "relax").with_suffix(""))
+    for p in sorted((CORPUS / "relax").glob("**/*.json"))
+    if "." not in p.stem
 )
 CORPUS_HEAD = (
     "model",

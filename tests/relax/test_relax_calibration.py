@@ -8,7 +8,6 @@ new measurement would silently change the fit)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from service.relax_planning import plan_relax
 from solver import PlanConfig
 
+from .._scripts import load_script
 from .corpus import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,12 +29,7 @@ def _record() -> dict[str, Any]:
 
 
 def _calibrate() -> Any:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import calibrate  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
-    return calibrate
+    return load_script("benchmarks/calibrate.py", "bench_calibrate")
 
 
 MEASURED = sorted(name for name, model in _record()["models"].items() if "run_ms" in model)

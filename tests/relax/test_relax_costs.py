@@ -268,10 +268,9 @@ def test_binding_names_name_each_translated_node() -> None:
 
 def test_benchmark_corpus_rows_run() -> None:
     """benchmarks/relax.py --corpus stays runnable (its table is in docs/relax.md)."""
-    import runpy
-    from pathlib import Path
+    from .._scripts import load_script
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "relax.py"))
-    (row,) = bench["corpus_rows"](("hf_bert",), 1)
-    assert len(row) == len(bench["CORPUS_HEAD"])
+    bench = load_script("benchmarks/relax.py", "bench_relax")
+    (row,) = bench.corpus_rows(("hf_bert",), 1)
+    assert len(row) == len(bench.CORPUS_HEAD)
     assert row[0] == "hf_bert" and row[-2] == "0 (0)" and row[-1] > 0
