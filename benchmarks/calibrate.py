@@ -92,6 +92,18 @@ def _machine() -> dict[str, Any]:
     return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
+def _record_head(tvm_version: str) -> dict[str, Any]:
+    """When, where and how a record was measured, and its empty model table."""
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": _machine(),
+        "tvm": tvm_version,
+        "target": "llvm",
+        "note": "VM call with inputs on the device; best of the runs; 2-core box shared with other work",
+        "models": {},
+    }
+
+
 def load_model(name: str) -> ast.Module:
     """A corpus model, or `kernels` (KERNELS_TEXT)."""
     if name == "kernels":
@@ -178,13 +190,8 @@ def measure(models: Sequence[str], repeat: int, kernel_budget_s: float) -> dict[
     from tvm_bridge.profile import distinct_calls, one_op_module
 
     record: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "machine": _machine(),
-        "tvm": str(tvm.__version__),
-        "target": "llvm",
-        "note": "VM call with inputs on the device; best of the runs; 2-core box shared with other work",
+        **_record_head(str(tvm.__version__)),
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "models": {},
         "cuda_runs": {
             "source": "issue 17: the bridge's all-GPU builds (dlight default schedules) on an NVIDIA H200",
             "ms": H200_RUNS_MS,
@@ -307,14 +314,7 @@ def measure_relax(models: Sequence[str], repeat: int, budget_s: float) -> dict[s
 
     import tvm_bridge
 
-    record: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "machine": _machine(),
-        "tvm": str(tvm.__version__),
-        "target": "llvm",
-        "note": "VM call with inputs on the device; best of the runs; 2-core box shared with other work",
-        "models": {},
-    }
+    record: dict[str, Any] = _record_head(str(tvm.__version__))
     for name in models:
         mod = load_relax(name)
         load = os.getloadavg()[0]
