@@ -71,6 +71,7 @@ def _default_attrs(kind: str) -> dict[str, Any]:
 
 
 _SIMPLE = (str, int, float)
+_MISSING = object()
 
 
 def relay_target(target: Any) -> Target:
@@ -96,9 +97,6 @@ def relay_target(target: Any) -> Target:
             except (RelayError, ValueError):
                 log.debug("target %s kept with every attribute", kind)
     return _full_target(target)
-
-
-_MISSING = object()
 
 
 def _full_target(target: Any) -> Target:

@@ -40,8 +40,6 @@ def _is_wrapper(node: ast.Expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.op, ast.Op) and node.op.name in _WRAPPERS
 
 
-
-
 def _kids(node: ast.Expr) -> tuple[ast.Expr, ...]:
     match node:
         case ast.Call(args=args):
