@@ -541,6 +541,7 @@ class _Checker:
             yield node.operand
             return
         if isinstance(node, ast.BinOp):
+            _arithmetic(node)
             yield node.left
             yield node.right
             return
@@ -699,6 +700,32 @@ class _Checker:
         if self.floats:
             log.debug("rewrote %d float constants TVM prints as strings", len(self.floats))
         return Checked(script, md_text, md_span, frozen)
+
+
+# The largest literal exponent or shift TVM's parser may compute as a Python number.
+MAX_LITERAL_EXPONENT = 64
+
+
+def _arithmetic(node: ast.BinOp) -> None:
+    """Refuse what would make TVM's parser compute a huge Python value (it folds
+    literals as Python does): repeating a sequence literal (`[0] * 10**9`), a
+    power or shift by anything but a small int literal (`10 ** 10 ** 9`)."""
+    sequences = (ast.List, ast.Tuple, ast.Dict, ast.JoinedStr)
+    if isinstance(node.op, ast.Mult) and any(
+        isinstance(side, sequences) or (isinstance(side, ast.Constant) and isinstance(side.value, str | bytes))
+        for side in (node.left, node.right)
+    ):
+        raise _Refused(node, "repeating a sequence or string (`*`) is not allowed in TVMScript")
+    if isinstance(node.op, ast.Pow | ast.LShift):
+        right = node.right
+        small = (
+            isinstance(right, ast.Constant)
+            and isinstance(right.value, int)
+            and not isinstance(right.value, bool)
+            and abs(right.value) <= MAX_LITERAL_EXPONENT
+        )
+        if not small:
+            raise _Refused(node, f"`**` and `<<` need a literal integer of at most {MAX_LITERAL_EXPONENT} on the right in TVMScript")
 
 
 def _bound_anywhere(func: ast.FunctionDef) -> frozenset[str]:

@@ -249,6 +249,13 @@ ATTACKS: tuple[Attack, ...] = (
         "no keyword",
     ),
     Attack(
+        "sequence-repetition",
+        _relax("        y = R.const([0.5] * 1000000000, \"float32\")\n        return x\n"),
+        "[0.5] * 1000000000",
+        "repeating",
+    ),
+    Attack("huge-power", _relax("        y = R.const(10 ** 10 ** 9)\n        return x\n"), "10 ** 10 ** 9", "`**`"),
+    Attack(
         "attribute-of-call",
         _relax("        y = R.add(x, x).__class__\n        return y\n"),
         "R.add(x, x).__class__",
