@@ -11,6 +11,13 @@ TVM-planned module as well. The bridge's overhead is `to_relax` / `tvm.compile`
     python benchmarks/compile.py                   # all corpus models
     python benchmarks/compile.py --quick           # mlp, dqn, resnet18, lstm
     python benchmarks/compile.py --models resnet18 --repeat 10 --cuda
+    python benchmarks/compile.py --run-check --models resnet18 --repeat 3
+
+`--run-check` (issue 27) times the service's run check instead (`compile_workers.run_check`:
+the 2-CPU build and the 1-CPU reference run on the same inputs and compared): in the
+sandbox (a child process under the layers that work here, DEVPLAN_RUN_CHECK_* defaults)
+and with DEVPLAN_COMPILE_SANDBOX=off (both in this process), with the child's CPU time
+and peak memory against the default limits.
 """
 
 from __future__ import annotations
@@ -100,6 +107,55 @@ def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
     return row
 
 
+def bench_run_check(model: str, repeat: int) -> dict[str, Any]:
+    """The run check of `model` with the sandbox on and off: best of `repeat` each."""
+    import tempfile
+
+    import solver
+    from service import sandbox
+    from service.compile_workers import CompileJob, run_check
+    from service.config import Settings
+    from service.planning import PlanJob
+
+    module = load_corpus(f"{model}.relay")
+    planned = split_plan(module, _prefix_length(module))
+    built = tvm_bridge.compile(tvm_bridge.to_relax(planned))
+    reference = tvm_bridge.compile(tvm_bridge.to_relax(module))
+    inputs = random_inputs(module["main"])
+    on = sandbox.config_from(Settings())
+    off = sandbox.config_from(Settings(compile_sandbox="off"))
+    row: dict[str, Any] = {"model": model, "layers": ", ".join(on.layers)}
+    with tempfile.TemporaryDirectory() as tmp:
+        library = f"{tmp}/built.so"
+        built.export_library(library)
+        plan = PlanJob(module="", options=solver.PlanOptions())
+        for name, config in (("on", on), ("off", off)):
+            job = CompileJob(plan=plan, targets=None, cuda_arch=None, run_check=True, library=library, sandbox=config)
+            check, row[f"{name}_s"] = _best(lambda: run_check(job, built, reference, inputs), repeat)
+            row[f"{name}_err"] = check["max_abs_error"]
+            row.update({f"{name}_{k}": v for k, v in check.items() if k in ("cpu_s", "peak_bytes")})
+    row["limits"] = on.limits
+    return row
+
+
+def main_run_check(models: list[str], repeat: int) -> int:
+    print(
+        "| model | run check, sandbox off s | sandbox on s | overhead s | child CPU s (limit) | "
+        "child peak MiB (limit) | max abs err (on, off) | layers |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for model in models:
+        r = bench_run_check(model, repeat)
+        limits = r["limits"]
+        print(
+            f"| {model} | {r['off_s']:.2f} | {r['on_s']:.2f} | {r['on_s'] - r['off_s']:+.2f} | "
+            f"{r['on_cpu_s']:.1f} ({limits.cpu_s:g}) | {r['on_peak_bytes'] / 2**20:.0f} "
+            f"({limits.memory_bytes / 2**20:.0f}) | {r['on_err']:.1e}, {r['off_err']:.1e} | {r['layers']} |",
+            flush=True,
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -110,8 +166,13 @@ def main() -> int:
     parser.add_argument(
         "--cuda", action="store_true", help="also compile the llvm+cuda planned module (+ nvcc)"
     )
+    parser.add_argument(
+        "--run-check", action="store_true", help="time the run check, sandboxed and with the sandbox off"
+    )
     args = parser.parse_args()
     models = args.models or (QUICK if args.quick else MODELS)
+    if args.run_check:
+        return main_run_check(models, args.repeat)
     header = (
         "| model | to_relax ms | legalize s | tvm.compile s | compile total s (single) | "
         "to_relax / tvm.compile | run 2-CPU ms | run 1-CPU ms | max abs err |"

@@ -226,7 +226,6 @@ def _build(
     import hashlib
 
     import tvm_bridge
-    from tvm_bridge.check import max_abs_error
 
     def build_lowered() -> Any:
         try:
@@ -246,8 +245,7 @@ def _build(
         if missing:
             check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
         else:
-            built, expected = _run_check(job, compiled, reference(), inputs)
-            check = {"max_abs_error": max_abs_error(built, expected)}
+            check = run_check(job, compiled, reference(), inputs)
     return {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
@@ -271,28 +269,37 @@ def _program(library: str, compiled: Any) -> sandbox.Program:
     return sandbox.Program(library, devices, tuple(inputs) if inputs is not None else ())
 
 
-def _run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> tuple[Any, Any]:
-    """The outputs of the built library and of the reference on `inputs`: in the sandbox
-    (the library as exported to `job.library`), or here when the sandbox is off."""
+def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> dict[str, Any]:
+    """The report's `check`: the built library and the reference run on `inputs` in the
+    sandbox (the library as exported to `job.library`), or here when the sandbox is off,
+    and their largest difference."""
     import tvm_bridge
+    from tvm_bridge.check import max_abs_error
 
     config = job.sandbox if job.sandbox is not None else sandbox.config_from(get_settings())
     if not config.enabled:
-        return tvm_bridge.run(compiled, inputs), tvm_bridge.run(reference, inputs)
+        error = max_abs_error(tvm_bridge.run(compiled, inputs), tvm_bridge.run(reference, inputs))
+        return {"max_abs_error": error, "sandbox": []}
     failure: sandbox.SandboxFailure | None = None
     with sandbox.private_dir() as directory:
         shutil.copyfile(job.library, directory / "built.so")
         reference.export_library(directory / "reference.so")
         programs = [_program("built.so", compiled), _program("reference.so", reference)]
         try:
-            built, expected = sandbox.run_programs(config, directory, programs, inputs)
+            ran = sandbox.run_programs(config, directory, programs, inputs)
         except sandbox.SandboxFailure as err:
             failure = err
     # (Raised out here: a PlanFailure is frozen, and a context manager's exit sets the
     # traceback of what passes through it.)
     if failure is not None:
         raise check_failure(failure)
-    return built, expected
+    built, expected = ran.outputs
+    return {
+        "max_abs_error": max_abs_error(built, expected),
+        "sandbox": list(config.layers),
+        "cpu_s": ran.cpu_s,
+        "peak_bytes": ran.peak_bytes,
+    }
 
 
 def check_failure(failure: sandbox.SandboxFailure) -> PlanFailure:

@@ -617,6 +617,17 @@ class CompileRequest(PlanRequest):
 class CompileCheck(BaseModel):
     max_abs_error: float | None = Field(None, description="Largest difference from the single-CPU build.")
     skipped: str | None = Field(None, description="Why the check did not run (e.g. no GPU on the server).")
+    sandbox: list[str] | None = Field(
+        None,
+        description="The sandbox layers the check ran under (docs/security.md); [] with "
+        "DEVPLAN_COMPILE_SANDBOX=off.",
+    )
+    cpu_s: float | None = Field(
+        None, description="CPU seconds the sandboxed check used (against DEVPLAN_RUN_CHECK_CPU_S)."
+    )
+    peak_bytes: int | None = Field(
+        None, description="Peak resident memory of the sandboxed check (DEVPLAN_RUN_CHECK_MEMORY_BYTES bounds it)."
+    )
 
 
 class CompileReport(BaseModel):

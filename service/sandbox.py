@@ -175,6 +175,17 @@ class Program:
     func: str = "main"
 
 
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What a sandboxed run gave: each program's outputs, and what the child used (for the
+    compile report, so operators can size the limits)."""
+
+    outputs: list[Any]
+    cpu_s: float
+    peak_bytes: int
+    wall_s: float
+
+
 class SandboxFailure(Exception):
     """The child broke a limit or a rule, or its run failed.
 
@@ -398,10 +409,10 @@ def _fit(which: int, soft: int, hard: int) -> tuple[int, int]:
 
 def run_programs(
     config: SandboxConfig, directory: Path, programs: Sequence[Program], inputs: Sequence[Any]
-) -> list[Any]:
+) -> Ran:
     """Run each program's function on `inputs` in one sandboxed child working in
     `directory` (which holds the programs' libraries): their outputs (numpy arrays,
-    tuples for tuple results), in order. Raises SandboxFailure."""
+    tuples for tuple results), in order, and the child's use. Raises SandboxFailure."""
     import numpy as np
 
     names = []
@@ -419,13 +430,16 @@ def run_programs(
     }
     (directory / SPEC_FILE).write_text(json.dumps(spec))
     prefix = _bwrap_command(directory, gpu) if config.bubblewrap else []
+    start = time.monotonic()
     data, status, usage, timed_out = _run_child(prefix, directory, config.limits)
+    wall_s = time.monotonic() - start
     if timed_out:
         raise SandboxFailure("wall-clock", f"wall-clock limit {_seconds(config.limits.wall_s)}")
     failure = _classify(status, usage, data, config)
     if failure is not None:
         raise failure
-    return _read_answer(data)
+    cpu_s = usage.ru_utime + usage.ru_stime
+    return Ran(_read_answer(data), round(cpu_s, 3), usage.ru_maxrss * 1024, round(wall_s, 3))
 
 
 def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[bytes, int, Any, bool]:

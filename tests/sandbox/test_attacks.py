@@ -79,7 +79,10 @@ def assert_healthy_and_compiling(client: TestClient) -> None:
     response = client.post("/compile", json={"module": clean, "default_device": "cpu", "run_check": True})
     assert response.status_code == 200, response.text
     assert response.json()["cache_hit"] is False
-    assert response.json()["report"]["check"] == {"max_abs_error": 0.0}
+    check = response.json()["report"]["check"]
+    assert check["max_abs_error"] == 0.0
+    assert check["sandbox"][:3] == ["rlimits", "wall-clock", "seccomp"]
+    assert 0 < check["cpu_s"] < CPU_S and 0 < check["peak_bytes"] < MEMORY_BYTES
 
 
 def test_system_attack_is_stopped_and_the_service_goes_on(client: TestClient, tmp_path: Path) -> None:
@@ -111,4 +114,4 @@ def test_sandbox_off_is_said_and_the_check_still_runs() -> None:
         assert c.get("/readyz").json()["sandbox"] == {"mode": "off", "layers": [], "unavailable": {}}
         response = c.post("/compile", json={"module": one_device(), "default_device": "cpu", "run_check": True})
         assert response.status_code == 200, response.text
-        assert response.json()["report"]["check"] == {"max_abs_error": 0.0}
+        assert response.json()["report"]["check"] == {"max_abs_error": 0.0, "sandbox": []}

@@ -16,6 +16,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from service import sandbox
 from service.config import Settings
 from service.main import create_app
 
@@ -40,7 +41,8 @@ def test_own_kernel_builds_for_the_cpu_and_its_run_check_passes(client: TestClie
     report = response.json()["report"]
     assert report["devices"] == ["llvm:0"]
     assert report["functions_per_device"] == {"llvm:0": 1}
-    assert report["check"] == {"max_abs_error": 0.0}
+    assert report["check"]["max_abs_error"] == 0.0
+    assert report["check"]["sandbox"] == list(sandbox.config_from(Settings()).layers)
 
 
 def test_kernel_used_on_two_cpus_builds_and_its_run_check_passes(client: TestClient) -> None:
@@ -50,7 +52,7 @@ def test_kernel_used_on_two_cpus_builds_and_its_run_check_passes(client: TestCli
     assert report["devices"] == ["llvm:0", "llvm:1"]
     assert report["functions_per_device"] == {"llvm:0": 1, "llvm:1": 1}
     assert report["device_copies"] == 1
-    assert report["check"] == {"max_abs_error": 0.0}
+    assert report["check"]["max_abs_error"] == 0.0
 
 
 def test_kernel_used_on_cpu_and_cuda_compiles_with_a_gpu_schedule(client: TestClient) -> None:

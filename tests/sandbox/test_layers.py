@@ -43,7 +43,7 @@ def _run(text: str, directory: Path, *, seccomp: bool = True, bubblewrap: bool =
     tvm_bridge.compile(mod).export_library(directory / "built.so")
     config = sandbox.SandboxConfig(limits=limits, seccomp=seccomp, bubblewrap=bubblewrap)
     program = sandbox.Program("built.so", ((1, 0),), (0,))
-    return sandbox.run_programs(config, directory, [program], [X])
+    return sandbox.run_programs(config, directory, [program], [X]).outputs
 
 
 @pytest.mark.parametrize(
