@@ -23,6 +23,7 @@ and peak memory against the default limits.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -131,7 +132,7 @@ def bench_run_check(model: str, repeat: int) -> dict[str, Any]:
         plan = PlanJob(module="", options=solver.PlanOptions())
         for name, config in (("on", on), ("off", off)):
             job = CompileJob(plan=plan, targets=None, cuda_arch=None, run_check=True, library=library, sandbox=config)
-            check, row[f"{name}_s"] = _best(lambda: run_check(job, built, reference, inputs), repeat)
+            check, row[f"{name}_s"] = _best(functools.partial(run_check, job, built, reference, inputs), repeat)
             row[f"{name}_err"] = check["max_abs_error"]
             row.update({f"{name}_{k}": v for k, v in check.items() if k in ("cpu_s", "peak_bytes")})
     row["limits"] = on.limits

@@ -34,6 +34,7 @@ from service.errors import (
     INTERNAL_ERROR,
     INVALID_CHECK,
     INVALID_TARGET,
+    MODULE_TOO_LARGE,
     RUN_CHECK_FAILED,
     UNSUPPORTED_MODULE,
 )
@@ -281,14 +282,14 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
         error = max_abs_error(tvm_bridge.run(compiled, inputs), tvm_bridge.run(reference, inputs))
         return {"max_abs_error": error, "sandbox": []}
     failure: sandbox.SandboxFailure | None = None
-    with sandbox.private_dir() as directory:
-        shutil.copyfile(job.library, directory / "built.so")
-        reference.export_library(directory / "reference.so")
-        programs = [_program("built.so", compiled), _program("reference.so", reference)]
-        try:
+    try:
+        with sandbox.private_dir(beside=job.library) as directory:
+            shutil.copyfile(job.library, directory / "built.so")
+            reference.export_library(directory / "reference.so")
+            programs = [_program("built.so", compiled), _program("reference.so", reference)]
             ran = sandbox.run_programs(config, directory, programs, inputs)
-        except sandbox.SandboxFailure as err:
-            failure = err
+    except sandbox.SandboxFailure as err:
+        failure = err
     # (Raised out here: a PlanFailure is frozen, and a context manager's exit sets the
     # traceback of what passes through it.)
     if failure is not None:
@@ -336,8 +337,15 @@ def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) ->
     except PlanFailure as failure:
         result = {"error": failure.as_dict()}
     except Exception as exc:
-        log.exception("compile worker failed")
-        result = {"error": internal_failure(f"{type(exc).__name__}: {exc}").as_dict()}
+        limits = job.sandbox.compile_limits if job.sandbox is not None else None
+        if limits is not None and (isinstance(exc, MemoryError) or "bad_alloc" in str(exc)):
+            # The compile's data segment limit (issue 27): the module's need, not our bug.
+            size = sandbox.size_text(limits.memory_bytes)
+            failure = PlanFailure.plain(MODULE_TOO_LARGE.slug, f"compiling hit its memory limit {size}")
+        else:
+            log.exception("compile worker failed")
+            failure = internal_failure(f"{type(exc).__name__}: {exc}")
+        result = {"error": failure.as_dict()}
     if "error" in result:
         Path(job.library).unlink(missing_ok=True)
     send_answer(conn, result)
@@ -432,6 +440,7 @@ class CompileRun:
         else:
             self._close()
         Path(self.job.library).unlink(missing_ok=True)
+        shutil.rmtree(sandbox.check_dir_of(self.job.library), ignore_errors=True)  # a killed run check's
 
     def _close(self) -> None:
         with contextlib.suppress(OSError):

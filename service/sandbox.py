@@ -373,10 +373,39 @@ def startup(settings: Any, where: str) -> SandboxConfig:
 # The parent.
 
 
+def check_dir_of(library: str | os.PathLike[str]) -> Path:
+    """The private directory of the run check of `library` (beside it, so that whoever
+    removes a dead compile's library removes this too: CompileRun.stop, remove_scratch)."""
+    return Path(f"{os.fspath(library)}.check")
+
+
+def _executable_mappings(path: Path) -> bool:
+    """False when `path`'s file system is mounted noexec (a tmpfs often is), where the
+    child could not map the libraries it loads."""
+    try:
+        return not os.statvfs(path).f_flag & os.ST_NOEXEC
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
-def private_dir() -> Iterator[Path]:
-    """A fresh directory (mode 0700) for one child, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="devplan-check-"))
+def private_dir(beside: str | os.PathLike[str] | None = None) -> Iterator[Path]:
+    """A fresh directory (mode 0700) for one child, removed afterwards: `check_dir_of(beside)`
+    where that file system lets libraries be mapped executable, else one in the temporary
+    directory. SandboxFailure("start") when neither does (the server's configuration)."""
+    if beside is not None and _executable_mappings(Path(beside).parent):
+        path = check_dir_of(beside)
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(mode=0o700)
+    elif _executable_mappings(Path(tempfile.gettempdir())):
+        path = Path(tempfile.mkdtemp(prefix="devplan-check-"))
+    else:
+        where = Path(beside).parent if beside is not None else "the artifact store"
+        raise SandboxFailure(
+            "start",
+            f"the run check needs a directory that allows executable mappings: {where} and "
+            f"{tempfile.gettempdir()} are mounted noexec",
+        )
     try:
         yield path
     finally:
@@ -450,7 +479,7 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
     cap = limits.memory_bytes + (1 << 20)
     read_end, write_end = os.pipe()
     parent = "0" if prefix else str(os.getpid())
-    stderr_path = directory.parent / f"{directory.name}.stderr"
+    stderr_path = directory / "stderr"  # written through the descriptor only (read-only in bwrap)
     with open(stderr_path, "wb") as stderr:
         try:
             proc = subprocess.Popen(

@@ -95,11 +95,17 @@ class DevplanWorker(SpawnWorker):
 
 
 def remove_scratch(job_id: str) -> None:
-    """Remove the scratch library of `job_id` (never raises: clean-up must not fail a job)."""
+    """Remove the scratch library of `job_id` and its run check's directory (never raises:
+    clean-up must not fail a job)."""
     try:
+        import shutil
+
+        from service import sandbox
         from service.artifact_store import open_store
 
-        open_store(get_settings()).scratch(job_id).unlink(missing_ok=True)
+        scratch = open_store(get_settings()).scratch(job_id)
+        scratch.unlink(missing_ok=True)
+        shutil.rmtree(sandbox.check_dir_of(scratch), ignore_errors=True)  # a killed run check's directory
     except Exception:
         log.warning("could not remove the scratch library of job %s", job_id, exc_info=True)
 

@@ -102,7 +102,9 @@ def strip_devices(module: ast.Module) -> ast.Module:
 
 def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
     """Inputs for `func`'s parameters: standard normal, scaled by fan-in for
-    weights, positive for batch-norm variances, random booleans."""
+    weights, positive for batch-norm variances, random booleans, and 0 or 1 for
+    integers (token ids, positions, masks: an index valid in any table, where a
+    normal draw gave negative ones and a float scale failed on the integer array)."""
     rng = np.random.default_rng(seed)
     out = []
     for p in func.params:
@@ -122,6 +124,9 @@ def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
         shape = tuple(d.value if isinstance(d, ast.IntImm) else int(d) for d in ty.shape)  # type: ignore[arg-type]
         if ty.dtype == "bool":
             out.append(np.array(rng.random(shape) < 0.5))
+            continue
+        if np.issubdtype(np.dtype(ty.dtype), np.integer):
+            out.append(rng.integers(0, 2, size=shape).astype(ty.dtype))
             continue
         value = rng.standard_normal(shape).astype(ty.dtype)
         if re.search(r"(moving_var|_var$)", p.name):

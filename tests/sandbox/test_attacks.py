@@ -33,11 +33,11 @@ _fresh = itertools.count(2)  # each clean compile adds a new constant: a new mod
 
 
 def _app(artifacts: str, wall_s: float, **settings: Any) -> TestClient:
+    settings.setdefault("compile_timeout_s", 900)
     config = Settings(
         pool_kind="thread",
         pool_size=1,
         artifact_dir=artifacts,
-        compile_timeout_s=900,
         run_check_cpu_s=CPU_S,
         run_check_wall_s=wall_s,
         run_check_memory_bytes=MEMORY_BYTES,
@@ -115,3 +115,33 @@ def test_sandbox_off_is_said_and_the_check_still_runs() -> None:
         response = c.post("/compile", json={"module": one_device(), "default_device": "cpu", "run_check": True})
         assert response.status_code == 200, response.text
         assert response.json()["report"]["check"] == {"max_abs_error": 0.0, "sandbox": []}
+
+
+def _sandbox_children(marker: str) -> list[int]:
+    """Live processes whose command line names `marker` (a zombie's is empty)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_compile_killed_during_its_check_leaves_no_child_and_no_directory(tmp_path: Path) -> None:
+    # The compile's own time limit (30 s) ends it while its check sleeps (the check's wall
+    # clock is 600 s): the child dies with the compile process, its directory goes with it.
+    artifacts = tmp_path / "artifacts"
+    with _app(str(artifacts), 600, compile_timeout_s=30) as c:
+        module = one_device(attack_lines("sleep"))
+        response = c.post("/compile", json={"module": module, "default_device": "cpu", "run_check": True})
+        assert response.status_code == 504, response.text
+        assert "within 30 s" in response.json()["detail"]
+        assert list(artifacts.glob("tmp-*")) == []
+        from tests.farm.conftest import wait_until
+
+        wait_until("the run check's child to be gone", lambda: not _sandbox_children(str(artifacts)), 60)
+        assert_healthy_and_compiling(c)

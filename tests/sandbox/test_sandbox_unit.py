@@ -115,6 +115,40 @@ def test_a_compile_process_killed_by_its_rlimits_is_named() -> None:
     assert died(-signal.SIGSEGV, config).kind == "internal-error"
 
 
+class _Conn:
+    """A pipe end that keeps what the compile process sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, value: Any) -> None:
+        self.sent.append(value)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_compile_out_of_memory_is_module_too_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import solver
+    from service import compile_workers
+    from service.planning import PlanJob
+
+    def exhausted(job: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(compile_workers, "compile_request", exhausted)
+    config = sandbox.config_from(Settings(compile_memory_bytes="2GiB"), sandbox.Detected(None, None))
+    job = compile_workers.CompileJob(
+        plan=PlanJob(module="", options=solver.PlanOptions()), targets=None, cuda_arch=None, run_check=False,
+        library=str(tmp_path / "lib.so"), sandbox=config,
+    )
+    conn = _Conn()
+    compile_workers.worker_main(job, conn)  # type: ignore[arg-type]
+    (answer,) = conn.sent
+    assert answer["error"]["kind"] == "module-too-large"
+    assert answer["error"]["message"] == "compiling hit its memory limit 2 GiB"
+
+
 def test_child_limits_never_exceed_the_compile_process_hard_limits() -> None:
     # limit_process holds a request above the current hard limit to it (a hard limit cannot rise).
     soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
@@ -143,3 +177,22 @@ def test_missing_libseccomp_is_reported_not_fatal(tmp_path: Path, monkeypatch: p
         "seccomp": "RuntimeError: Unable to find libseccomp",
         "bubblewrap": "bwrap is not installed",
     }
+
+
+def test_the_check_directory_is_beside_the_library_and_removed(tmp_path: Path) -> None:
+    library = tmp_path / "tmp-abc.so"
+    with sandbox.private_dir(beside=library) as directory:
+        assert directory == sandbox.check_dir_of(library) == tmp_path / "tmp-abc.so.check"
+        assert directory.is_dir() and directory.stat().st_mode & 0o777 == 0o700
+    assert not directory.exists()
+
+
+def test_a_noexec_file_system_is_avoided_or_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    library = tmp_path / "tmp-abc.so"
+    monkeypatch.setattr(sandbox, "_executable_mappings", lambda path: path != tmp_path)
+    with sandbox.private_dir(beside=library) as directory:  # the store's file system is noexec
+        assert directory.parent != tmp_path and directory.name.startswith("devplan-check-")
+    monkeypatch.setattr(sandbox, "_executable_mappings", lambda path: False)
+    with pytest.raises(sandbox.SandboxFailure) as caught, sandbox.private_dir(beside=library):
+        pass
+    assert caught.value.limit == "start" and "noexec" in caught.value.detail
