@@ -219,13 +219,6 @@ class PlacementRecord:
         return [{"line": c.line, "column": c.column, "src": c.src, "dst": c.dst} for c in self.copies]
 
 
-def copy_line(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) -> str:
-    """`cpu -> cuda at 4:8: nn.dense #8 -> nn.bias_add #10`: a copy of a report
-    (its JSON) named by its placements (node id -> placement JSON)."""
-    where = f" at {c['line']}:{c['column']}" if c.get("line") is not None else ""
-    return f"{c['src']} -> {c['dst']}{where}: {copy_ends(c, by_node)}"
-
-
 def copy_ends(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) -> str:
     """`nn.dense #8 -> nn.bias_add #10`: what a copy copies from and into."""
     src = ", ".join(placement_label(by_node[n]) for n in c["from"] if n in by_node) or "?"
@@ -292,8 +285,18 @@ class _Node:
     index: int | None
     line: int | None
     column: int | None
-    inputs: tuple[int, ...]
-    binding: str | None
+    binding: str | None  # (its inputs come from `PlacementGraph.flow`: the one walk over the data flow)
+
+
+@dataclass(frozen=True, slots=True)
+class _Flow:
+    """The data flow of a plan: the copy sites, their entries (same order),
+    each placement's inputs and each function result's sources."""
+
+    sites: list[tuple[Expr | None, Expr, Call]]
+    copies: list[CopyEntry]
+    inputs: dict[int, tuple[int, ...]]
+    results: dict[int, list[int]]
 
 
 class PlacementGraph:
@@ -348,7 +351,7 @@ class PlacementGraph:
         if isinstance(n, Var):
             name, binding, span = self.naming.of(n, f"%{n.name}")
             line, column = _lc(span)
-            return _Node(i, KIND_PARAMETER, name, function, self.param_index[id(n)], line, column, (), binding)
+            return _Node(i, KIND_PARAMETER, name, function, self.param_index[id(n)], line, column, binding)
         assert isinstance(n, Call)
         if isinstance(n.op, Op):
             kind, default = KIND_OPERATOR, n.op.name
@@ -360,10 +363,7 @@ class PlacementGraph:
             kind, default = KIND_CALL, "closure"
         name, binding, span = self.naming.of(n, default)
         line, column = _lc(span)
-        inputs: list[int] = []
-        for arg in n.args:
-            inputs.extend(src for src, _ in self.sources(n, arg))
-        return _Node(i, kind, name, function, None, line, column, tuple(inputs), binding)
+        return _Node(i, kind, name, function, None, line, column, binding)
 
     def sources(
         self, parent: Expr, expr: Expr, crossing: Callable[[Expr, Expr], int | None] | None = None
@@ -436,13 +436,11 @@ class PlacementGraph:
         found = found or span
         return found.line, found.column
 
-    def copies(
-        self, planned: Module, types: Callable[[], Callable[[Expr], Any] | None]
-    ) -> tuple[list[tuple[Expr | None, Expr, Call]], list[CopyEntry], dict[int, list[int]]]:
-        """Every copy of `planned` (this module's plan) between placements: the
-        sites (`solver.align`'s copies), their entries (same order), and each
-        function result's sources (function node id -> placements). `types`
-        gives the sizes' type function, asked only when there are copies."""
+    def flow(self, planned: Module, types: Callable[[], Callable[[Expr], Any] | None]) -> _Flow:
+        """The data flow of `planned` (this module's plan), in one walk: every
+        copy between placements (the sites are `solver.align`'s copies), each
+        placement's inputs, each function result's sources. `types` gives the
+        sizes' type function, asked only when there are copies."""
         sites = solver.align(self.roots, planned_roots(list(planned.functions), self.from_expr)).copies
         site_of: dict[tuple[int, int], int] = {}
         twin_of: dict[int, int] = {}  # a second copy at the same place (`f(%a, %a)`: one per argument)
@@ -457,15 +455,20 @@ class PlacementGraph:
         ends_from: dict[int, list[int]] = {k: [] for k in range(len(sites))}
         ends_to: dict[int, list[int]] = {k: [] for k in range(len(sites))}
         into: dict[int, str] = {}
+        inputs: dict[int, tuple[int, ...]] = {}
         for g in self.nodes:
             n = self.expr_of[g.node]
             if not isinstance(n, Call):
                 continue
+            mine: list[int] = []
             for arg in n.args:
-                for src, site in self.sources(n, arg, crossing):
+                found = self.sources(n, arg, crossing)
+                mine.extend(_unique(src for src, _ in found))  # per argument, as met without sites
+                for src, site in found:
                     if site is not None:
                         _add(ends_from[site], src)
                         _add(ends_to[site], g.node)
+            inputs[g.node] = tuple(mine)
         results: dict[int, list[int]] = {}
         for i, n in enumerate(self.ids):
             if isinstance(n, Function) and not n.is_primitive and id(n) in self.function_of:
@@ -501,7 +504,7 @@ class PlacementGraph:
                     None if ends_to[k] else into.get(k),
                 )
             )
-        return list(sites), out, results
+        return _Flow(list(sites), out, inputs, results)
 
 
 def _lc(span: relay.Span | None) -> tuple[int | None, int | None]:
@@ -568,9 +571,8 @@ def build_record(
     devices = log_.devices
     module = graph.module
     type_of = type_of or graph.naming.type_of
-    sites, copies, result_inputs = graph.copies(
-        result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module))
-    )
+    flow = graph.flow(result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module)))
+    sites, copies, result_inputs = flow.sites, flow.copies, flow.results
     copies, site_copy = _as_written(copies) if graph.naming.one_copy_per_value else (copies, list(range(len(copies))))
     placements = tuple(
         PlacementEntry(
@@ -582,7 +584,7 @@ def build_record(
             g.line,
             g.column,
             devices.get(g.node, "?"),
-            g.inputs,
+            flow.inputs.get(g.node, ()),
             g.binding,
             (reasons or {}).get(g.node),
         )
