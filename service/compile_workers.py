@@ -341,11 +341,11 @@ def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) ->
         if limits is not None and (isinstance(exc, MemoryError) or "bad_alloc" in str(exc)):
             # The compile's data segment limit (issue 27): the module's need, not our bug.
             size = sandbox.size_text(limits.memory_bytes)
-            failure = PlanFailure.plain(MODULE_TOO_LARGE.slug, f"compiling hit its memory limit {size}")
+            died_of = PlanFailure.plain(MODULE_TOO_LARGE.slug, f"compiling hit its memory limit {size}")
         else:
             log.exception("compile worker failed")
-            failure = internal_failure(f"{type(exc).__name__}: {exc}")
-        result = {"error": failure.as_dict()}
+            died_of = internal_failure(f"{type(exc).__name__}: {exc}")
+        result = {"error": died_of.as_dict()}
     if "error" in result:
         Path(job.library).unlink(missing_ok=True)
     send_answer(conn, result)

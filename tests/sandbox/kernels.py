@@ -21,11 +21,11 @@ ATTACKS: dict[str, str] = {
     # TVM's own workspace allocator (LLVM cannot drop an allocation it does not know), each
     # block written so it is resident: it grows until the data limit
     "alloc": (
-        "for j in range(T.int64(1) << T.int64(40)):\n"
+        f"for j in range(T.int64({1 << 40})):\n"
         '    T.evaluate(T.call_extern("handle", "memset", T.call_extern("handle", '
         '"TVMBackendAllocWorkspace", 1, 0, T.uint64(1048576), 2, 8), 1, T.uint64(1048576)))'
     ),
-    "busy": "for j in range(T.int64(1) << T.int64(62)):\n    y[0] = y[0] + T.float32(1)",
+    "busy": f"for j in range(T.int64({1 << 62})):\n    y[0] = y[0] + T.float32(1)",
     "sleep": 'T.evaluate(T.call_extern("int32", "sleep", 100000))',
 }
 
