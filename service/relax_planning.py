@@ -21,7 +21,7 @@ from tvm import relax
 
 import solver
 from relay import ast
-from relay.span import SourceText
+from relay.span import RelayError, SourceText
 from service.record import Naming, NodeName
 from tvm_bridge.relax_plan import print_relax, read_relax, relax_op_calls
 from tvm_bridge.relax_translate import Translation, binding_names, real_node, relay_type, translate
@@ -163,8 +163,13 @@ def read_source(text: str, fmt: str, name: str, mode: str) -> RelaxSource:
     """Read a Relax module (TVMScript or TVM JSON) and translate it for the
     planner; spans name the file as `name`. TVM's own console output while
     reading (its CUDA-version warning for a `cuda` vdevice) goes to the log."""
-    with native_output_to_log():
-        mod, source = read_relax(text, fmt)
+    try:
+        with native_output_to_log():
+            mod, source = read_relax(text, fmt)
+    except RelayError as err:  # located in the file the user named, as conflicts are
+        if err.span is not None and err.span.source is not None:
+            err.span = dataclasses.replace(err.span, source=SourceText(name, err.span.source.text))
+        raise
     if source is not None:
         source = SourceText(name, source.text)
     translation = translate(mod, source, mode)

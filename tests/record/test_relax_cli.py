@@ -158,6 +158,14 @@ TWINS = """
 """
 
 
+def test_a_relax_syntax_error_names_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    module = tmp_path / "broken.py"
+    module.write_text(SMALL.replace("R.exp(lv)", "R.exp(lv"))
+    code, _, err = run(capsys, "plan", str(module))
+    line = next(i for i, t in enumerate(SMALL.splitlines(), 1) if "R.exp(lv)" in t)
+    assert code == 2 and f"--> {module}:{line}:" in err and "<relax>" not in err, err
+
+
 def test_relax_diff_matches_twins_by_binding() -> None:
     """Two identical bindings (`u` and `v`, both `R.exp(x)`) swapped in order
     (and in the tuple that uses them): the diff pairs each with its own
