@@ -274,3 +274,20 @@ def test_benchmark_corpus_rows_run() -> None:
     (row,) = bench.corpus_rows(("hf_bert",), 1)
     assert len(row) == len(bench.CORPUS_HEAD)
     assert row[0] == "hf_bert" and row[-2] == "0 (0)" and row[-1] > 0
+
+
+def test_relay_checks_are_skipped_only_for_translated_modules() -> None:
+    """A Relax name is a located parse error in a Relay module (TVM 0.19's
+    parser), and planned in a translation (`language="relax"`), whose names
+    the bridge checked against the Relax registry."""
+    import relay
+    import solver
+    from relay.span import ParseError
+
+    module = relay.parse_text("def @main(%x: Tensor[(4), int64]) {\n  relax.mod(%x, %x)\n}\n")
+    with pytest.raises(ParseError) as err:
+        solver.plan(module, PlanConfig())
+    assert err.value.span is not None and err.value.span.line == 2
+    assert solver.plan(module, PlanConfig(language="relax")).module is not None
+    with pytest.raises(PlanConfigError, match="language"):
+        solver.plan(module, PlanConfig(language="tir"))  # type: ignore[arg-type]
