@@ -11,19 +11,20 @@ from tvm import relax
 
 from service.relax_planning import plan_relax
 from solver import PlanConfig
+from solver.config import Mode
 from tvm_bridge.relax_plan import print_relax, read_relax, strip_devices
 
 from .corpus import MODELS, load
 
-MODES = ("tvm", "optimize")
+MODES: tuple[Mode, ...] = ("tvm", "optimize")
 
 
-def _config(mode: str) -> PlanConfig:
+def _config(mode: Mode) -> PlanConfig:
     # The default time limit (PlanConfig.timeout_ms): every model must plan within it.
     return PlanConfig(mode=mode, default_device="cuda", host_device="cpu", virtual_devices=("cpu", "cuda"))
 
 
-def _check(name: str, fmt: str, mode: str) -> None:
+def _check(name: str, fmt: str, mode: Mode) -> None:
     mod, source = load(name, fmt)
     planned = plan_relax(mod, _config(mode), source)
     out = planned.module
@@ -49,7 +50,7 @@ def _check(name: str, fmt: str, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", MODELS)
-def test_model_from_json_plans_to_a_fixed_point(name: str, mode: str) -> None:
+def test_model_from_json_plans_to_a_fixed_point(name: str, mode: Mode) -> None:
     _check(name, "json", mode)
 
 
@@ -62,7 +63,7 @@ TEXTS = [name if name in SMALL_TEXTS else pytest.param(name, marks=pytest.mark.s
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", TEXTS)
-def test_model_from_tvmscript_plans_to_a_fixed_point(name: str, mode: str) -> None:
+def test_model_from_tvmscript_plans_to_a_fixed_point(name: str, mode: Mode) -> None:
     _check(name, "text", mode)
 
 
