@@ -112,14 +112,16 @@ def _full_target(target: Any) -> Target:
 
 
 def relay_device(vdevice: Any) -> VirtualDevice:
-    """A Relax `VDevice` as a fully constrained Relay `VirtualDevice`
-    (Relax's memory scope `global` is Relay's empty scope)."""
+    """A Relax `VDevice` as a Relay `VirtualDevice`: its type, index and
+    target, and its memory scope unless it is Relax's default `global` (None,
+    as the request's devices and Relay's metadata reader say the default
+    scope, so that one device has one value)."""
     scope = str(vdevice.memory_scope)
     return VirtualDevice(
         int(vdevice.target.get_target_device_type()),
         int(vdevice.vdevice_id),
         relay_target(vdevice.target),
-        "" if scope == "global" else scope,
+        None if scope in ("global", "") else scope,
     )
 
 
@@ -551,7 +553,7 @@ class _Translator:
         device_type = int(attrs.device_type)
         index = int(attrs.index)
         scope = str(attrs.memory_scope)
-        rscope = "" if scope == "global" else scope
+        rscope = None if scope in ("global", "") else scope
         for entry in self.table:
             if (
                 entry.device_type == device_type
