@@ -1,7 +1,7 @@
 """`POST /compile` for the cpu builds each public Relax model's plan and its
 run check against the module without devices passes (issue 28). Slow: each
-builds the model twice and runs it twice (tv_vit_b_16 takes minutes a run on
-a 2-core box, so its run check gets a larger limit)."""
+builds the model twice and runs it twice (tv_vit_b_16 takes over two minutes
+a run on a 2-core box, so the compile and its run check get larger limits)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,12 @@ TVM_CANNOT_BUILD = {"hf_gpt2"}
 
 def _compile(name: str, tmp_path: Path, mode: str) -> Any:
     settings = Settings(
-        pool_kind="thread", pool_size=1, artifact_dir=tmp_path, run_check_cpu_s=900.0, run_check_wall_s=1200.0
+        pool_kind="thread",
+        pool_size=1,
+        artifact_dir=tmp_path,
+        compile_timeout_s=1800.0,
+        run_check_cpu_s=900.0,
+        run_check_wall_s=1200.0,
     )
     body = {
         "module": path_of(name, "json").read_text(),
