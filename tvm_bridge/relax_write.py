@@ -373,11 +373,11 @@ class _Writer:
             new_value = self.operands(value, real, out, dataflow)
             if kind == "op" and device is not None:
                 new_value = self.constants_placed(new_value, device, out, dataflow)
-                if isinstance(value.op, tvm.ir.Op) and str(value.op.name) in DROPS_VDEVICE:
+                if _typed_off_device(value):
                     # Typed as TVM types it (no vdevice), so that the output stays
-                    # a fixed point of RealizeVDevice; each user reads a copy on
-                    # its device. (The bridge's build runs the kernel on its
-                    # input's device.)
+                    # a fixed point of RealizeVDevice and TVM's build sees what it
+                    # infers; each user reads a copy on its device. (The bridge's
+                    # build runs such a kernel on its input's device.)
                     self.off_device.add(_key(var))
                     device = None
         else:
@@ -527,6 +527,19 @@ DROPS_VDEVICE = frozenset({"relax.nn.pad"})
 inputs' (`InferStructInfoPad` builds the result type from shape and dtype
 only). `RealizeVDevice` re-infers every binding, so such a result cannot
 state a device in a fixed point. tests/relax/ checks the list against TVM."""
+
+def _typed_off_device(call: Any) -> bool:
+    """Whether TVM types the result of `call` without a vdevice: an operator of
+    `DROPS_VDEVICE`, or one without tensor arguments (`R.arange(0, 32, 1)`:
+    nothing to take a device from). Stating one anyway is undone by
+    `RealizeVDevice`, and TVM 0.27's build breaks on it: LegalizeOps folds the
+    arange into a constant of no device, and `RewriteDataflowReshape` then
+    leaves a user of the retyped binding naming a variable it removed ("Var
+    lv20 is not defined", hf_bert)."""
+    if not isinstance(call.op, tvm.ir.Op):
+        return False
+    return str(call.op.name) in DROPS_VDEVICE or not any(is_data(getattr(a, "ty", None)) for a in call.args)
+
 
 CONSTANT_COPY = "const"
 """The name `write_back` gives a constant it copies (`const_to_cuda0`)."""
