@@ -626,7 +626,9 @@ class CompileCheck(BaseModel):
         None, description="CPU seconds the sandboxed check used (against DEVPLAN_RUN_CHECK_CPU_S)."
     )
     peak_bytes: int | None = Field(
-        None, description="Peak resident memory of the sandboxed check (DEVPLAN_RUN_CHECK_MEMORY_BYTES bounds it)."
+        None,
+        description="Peak resident memory of the sandboxed check, sampled every 20 ms "
+        "(DEVPLAN_RUN_CHECK_MEMORY_BYTES bounds its data segment).",
     )
 
 

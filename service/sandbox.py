@@ -459,27 +459,78 @@ def run_programs(
     }
     (directory / SPEC_FILE).write_text(json.dumps(spec))
     prefix = _bwrap_command(directory, gpu) if config.bubblewrap else []
-    start = time.monotonic()
-    data, status, usage, timed_out = _run_child(prefix, directory, config.limits)
-    wall_s = time.monotonic() - start
-    if timed_out:
+    ending = _run_child(prefix, directory, config.limits)
+    if ending.timed_out:
         raise SandboxFailure("wall-clock", f"wall-clock limit {_seconds(config.limits.wall_s)}")
-    failure = _classify(status, usage, data, config)
+    failure = _classify(ending, config)
     if failure is not None:
         raise failure
-    cpu_s = usage.ru_utime + usage.ru_stime
-    return Ran(_read_answer(data), round(cpu_s, 3), usage.ru_maxrss * 1024, round(wall_s, 3))
+    return Ran(_read_answer(ending.data), round(ending.cpu_s, 3), ending.peak_resident, round(ending.wall_s, 3))
 
 
-def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[bytes, int, Any, bool]:
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a child ended: its answer bytes, wait status, CPU seconds (its rusage), the
+    largest resident set and data segment seen in its samples, its time, and whether
+    the wall clock ended it."""
+
+    data: bytes
+    status: int
+    cpu_s: float
+    peak_resident: int = 0
+    peak_data: int = 0
+    wall_s: float = 0.0
+    timed_out: bool = False
+
+
+class _MemorySampler:
+    """The sandboxed Python's resident set and data segment, read from /proc while the
+    parent waits (as service/pool.py watches planning workers). rusage cannot give them:
+    a child's `ru_maxrss` starts at its parent's peak (exec records the old address space's
+    high-water mark), here the compile process's. Under bwrap the Python is bwrap's child."""
+
+    def __init__(self, pid: int, bubblewrap: bool) -> None:
+        self.pid = pid
+        self.target: int | None = None if bubblewrap else pid
+        self.resident = 0
+        self.data = 0
+
+    def sample(self) -> None:
+        if self.target is None:
+            try:
+                children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+            except OSError:
+                return
+            if not children:
+                return
+            self.target = int(children[0])
+        try:
+            status = Path(f"/proc/{self.target}/status").read_text()
+        except OSError:
+            return
+        for line in status.splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "VmData"):
+                amount = int(value.split()[0]) * 1024
+                if name == "VmHWM":
+                    self.resident = max(self.resident, amount)
+                else:
+                    self.data = max(self.data, amount)
+
+
+# How often the parent samples the child's memory while it waits.
+_MEMORY_SAMPLE_S = 0.02
+
+
+def _run_child(prefix: list[str], directory: Path, limits: Limits) -> Ending:
     """Start the child, collect its answer until it exits (at most the wall-clock limit,
-    then its process group is killed), reap it: (answer bytes, wait status, rusage,
-    whether the wall clock ended it)."""
+    then its process group is killed) while sampling its memory, and reap it."""
     # The answer can be no larger than the memory the child may hold, plus its header.
     cap = limits.memory_bytes + (1 << 20)
     read_end, write_end = os.pipe()
     parent = "0" if prefix else str(os.getpid())
     stderr_path = directory / "stderr"  # written through the descriptor only (read-only in bwrap)
+    start = time.monotonic()
     with open(stderr_path, "wb") as stderr:
         try:
             proc = subprocess.Popen(
@@ -495,10 +546,10 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
         except OSError as err:
             os.close(read_end)
             os.close(write_end)
-            stderr_path.unlink(missing_ok=True)
             raise SandboxFailure("start", f"the sandbox could not start: {err}") from None
     os.close(write_end)
-    deadline = time.monotonic() + limits.wall_s
+    deadline = start + limits.wall_s
+    memory = _MemorySampler(proc.pid, bool(prefix))
     chunks: list[bytes] = []
     size = 0
     timed_out = False
@@ -506,17 +557,19 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
     try:
         eof = exited = False
         while not (eof and exited):
+            memory.sample()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
+            wait_s = min(remaining, _MEMORY_SAMPLE_S)
             if pidfd is None and eof:  # no pidfd (an old kernel, a container's profile): poll
                 exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
                 if not exited:
-                    time.sleep(min(0.01, remaining))
+                    time.sleep(wait_s)
                 continue
             waiting = ([] if eof else [read_end]) + ([] if exited or pidfd is None else [pidfd])
-            ready, _, _ = select.select(waiting, [], [], remaining)
+            ready, _, _ = select.select(waiting, [], [], wait_s)
             if read_end in ready:
                 chunk = os.read(read_end, 1 << 20)
                 if not chunk:
@@ -536,10 +589,17 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> tuple[byte
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = -1  # reaped here (with its rusage); Popen must not wait again
     tail = stderr_path.read_bytes()[-_STDERR_TAIL:].decode(errors="replace").strip()
-    stderr_path.unlink(missing_ok=True)
     if tail and (status != 0 or timed_out):
         log.info("run-check child (status %d) said: %s", status, tail)
-    return b"".join(chunks), status, usage, timed_out
+    return Ending(
+        data=b"".join(chunks),
+        status=status,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        peak_resident=memory.resident,
+        peak_data=memory.data,
+        wall_s=time.monotonic() - start,
+        timed_out=timed_out,
+    )
 
 
 def _pidfd(pid: int) -> int | None:
@@ -565,36 +625,41 @@ def _signal_of(status: int, bubblewrap: bool) -> int | None:
     return None
 
 
-def _classify(status: int, usage: Any, data: bytes, config: SandboxConfig) -> SandboxFailure | None:
+def _classify(ending: Ending, config: SandboxConfig) -> SandboxFailure | None:
     """What ended the child, when it did not end well (None: it exited 0)."""
     limits = config.limits
+    status = ending.status
     sig = _signal_of(status, config.bubblewrap)
-    cpu_used = usage.ru_utime + usage.ru_stime
-    peak = usage.ru_maxrss * 1024
-    error = _error_of(data)
+    error = _error_of(ending.data)
     if sig == signal.SIGSYS:
         return SandboxFailure(
             "seccomp", "seccomp (SIGSYS): the run made a system call that the sandbox does not allow"
         )
-    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= limits.cpu_s):
-        return SandboxFailure("cpu", f"cpu limit {_seconds(limits.cpu_s)}: the run used {cpu_used:.1f} s of CPU")
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and ending.cpu_s >= limits.cpu_s):
+        return SandboxFailure(
+            "cpu", f"cpu limit {_seconds(limits.cpu_s)}: the run used {ending.cpu_s:.1f} s of CPU"
+        )
     if sig == signal.SIGXFSZ:
         return SandboxFailure("file", f"file size limit {size_text(limits.file_bytes)}")
     if sig is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return None
     # A failed allocation shows as a crash (a kernel writing through NULL) or an error
-    # (TVM's allocator): it is the memory limit when the run came near it or said so.
+    # (TVM's allocator): it is the memory limit when the samples saw the data segment
+    # come near it, or the run said so.
     memory_words = ("memory", "alloc", "bad_alloc")
-    if peak >= limits.memory_bytes // 2 or (error is not None and any(w in error.lower() for w in memory_words)):
+    near = ending.peak_data >= limits.memory_bytes // 2
+    if near or (error is not None and any(w in error.lower() for w in memory_words)):
         return SandboxFailure(
-            "memory", f"memory limit {size_text(limits.memory_bytes)} (peak {size_text(peak)} resident)"
+            "memory",
+            f"memory limit {size_text(limits.memory_bytes)} (data segment seen at "
+            f"{size_text(ending.peak_data)})",
         )
     if sig is not None:
         return SandboxFailure("crash", f"the run crashed ({signal.Signals(sig).name})")
     if error is not None:
         return SandboxFailure("error", f"the run failed: {error}")
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
-    if config.bubblewrap and code == 1 and not data:
+    if config.bubblewrap and code == 1 and not ending.data:
         return SandboxFailure("start", "the sandbox (bubblewrap) could not start the run")
     return SandboxFailure("crash", f"the run ended with exit status {code}")
 

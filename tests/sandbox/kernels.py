@@ -19,11 +19,14 @@ ATTACKS: dict[str, str] = {
     "socket": 'T.evaluate(T.call_extern("int32", "socket", 2, 1, 0))',
     "fork": 'for j in range(1000000):\n    T.evaluate(T.call_extern("int32", "fork"))',
     # TVM's own workspace allocator (LLVM cannot drop an allocation it does not know), each
-    # block written so it is resident: it grows until the data limit
+    # block written so it is resident: it grows until the data limit. A millisecond's pause
+    # a MiB lets the parent's memory samples (every 20 ms) see it climb, so the test does
+    # not depend on when they fall; a faster climb may end as "the run crashed (SIGSEGV)".
     "alloc": (
         f"for j in range(T.int64({1 << 40})):\n"
         '    T.evaluate(T.call_extern("handle", "memset", T.call_extern("handle", '
-        '"TVMBackendAllocWorkspace", 1, 0, T.uint64(1048576), 2, 8), 1, T.uint64(1048576)))'
+        '"TVMBackendAllocWorkspace", 1, 0, T.uint64(1048576), 2, 8), 1, T.uint64(1048576)))\n'
+        '    T.evaluate(T.call_extern("int32", "usleep", 1000))'
     ),
     "busy": f"for j in range(T.int64({1 << 62})):\n    y[0] = y[0] + T.float32(1)",
     "sleep": 'T.evaluate(T.call_extern("int32", "sleep", 100000))',

@@ -36,14 +36,29 @@ def directory() -> Iterator[Path]:
         yield path
 
 
-def _run(text: str, directory: Path, *, seccomp: bool = True, bubblewrap: bool = False,
-         limits: sandbox.Limits = LIMITS) -> list[object]:
+def _ran(text: str, directory: Path, *, seccomp: bool = True, bubblewrap: bool = False,
+         limits: sandbox.Limits = LIMITS) -> sandbox.Ran:
     """Build `text` for the cpu into `directory` and run its main on X in the sandbox."""
     mod, _ = read_relax(text)
     tvm_bridge.compile(mod).export_library(directory / "built.so")
     config = sandbox.SandboxConfig(limits=limits, seccomp=seccomp, bubblewrap=bubblewrap)
     program = sandbox.Program("built.so", ((1, 0),), (0,))
-    return sandbox.run_programs(config, directory, [program], [X]).outputs
+    return sandbox.run_programs(config, directory, [program], [X])
+
+
+def _run(text: str, directory: Path, **options: object) -> list[object]:
+    return _ran(text, directory, **options).outputs  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bubblewrap", [False, pytest.param(True, marks=needs_bwrap)], ids=["plain", "bubblewrap"])
+def test_the_child_memory_is_its_own_not_its_parents(directory: Path, bubblewrap: bool) -> None:
+    # This process holds 1 GiB more than the child can use; the child's reported peak is
+    # its own (a child's rusage would start at this process's peak).
+    held = np.ones(1 << 28, dtype="float32")
+    ran = _ran(one_device(), directory, seccomp=HAS_SECCOMP, bubblewrap=bubblewrap)
+    np.testing.assert_array_equal(ran.outputs[0], X + 1)
+    assert 0 < ran.peak_bytes < LIMITS.memory_bytes < held.nbytes
+    assert 0 < ran.cpu_s < LIMITS.cpu_s
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@ answer is read (never trusted), and that a missing libseccomp is reported, not f
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,8 +20,8 @@ from service.config import Settings
 LIMITS = sandbox.Limits(cpu_s=60, wall_s=120, memory_bytes=4 << 30, file_bytes=1 << 20)
 
 
-def _usage(cpu_s: float = 0.0, peak_bytes: int = 0) -> Any:
-    return SimpleNamespace(ru_utime=cpu_s, ru_stime=0.0, ru_maxrss=peak_bytes // 1024)
+def _ending(status: int, cpu_s: float = 0.0, peak_data: int = 0, data: bytes = b"") -> sandbox.Ending:
+    return sandbox.Ending(data=data, status=status, cpu_s=cpu_s, peak_data=peak_data)
 
 
 def _killed(sig: int) -> int:
@@ -39,29 +39,38 @@ def test_signals_name_their_limit(bubblewrap: bool) -> None:
     def status(sig: int) -> int:  # bwrap reports its child's signal N as exit 128+N
         return _exited(128 + sig) if bubblewrap else _killed(sig)
 
-    seccomp = sandbox._classify(status(signal.SIGSYS), _usage(), b"", config)
+    seccomp = sandbox._classify(_ending(status(signal.SIGSYS)), config)
     assert seccomp is not None and seccomp.limit == "seccomp" and seccomp.detail.startswith("seccomp (SIGSYS)")
-    cpu = sandbox._classify(status(signal.SIGXCPU), _usage(60.2), b"", config)
+    cpu = sandbox._classify(_ending(status(signal.SIGXCPU), 60.2), config)
     assert cpu is not None and cpu.detail.startswith("cpu limit 60 s")
-    hard = sandbox._classify(status(signal.SIGKILL), _usage(61.0), b"", config)
+    hard = sandbox._classify(_ending(status(signal.SIGKILL), 61.0), config)
     assert hard is not None and hard.limit == "cpu"
-    memory = sandbox._classify(status(signal.SIGSEGV), _usage(1.0, 4 << 30), b"", config)
-    assert memory is not None and memory.detail.startswith("memory limit 4 GiB")
-    crash = sandbox._classify(status(signal.SIGSEGV), _usage(1.0, 100 << 20), b"", config)
+    memory = sandbox._classify(_ending(status(signal.SIGSEGV), 1.0, 3 << 30), config)
+    assert memory is not None and memory.detail.startswith("memory limit 4 GiB (data segment seen at 3 GiB)")
+    crash = sandbox._classify(_ending(status(signal.SIGSEGV), 1.0, 100 << 20), config)
     assert crash is not None and crash.limit == "crash" and "SIGSEGV" in crash.detail
-    size = sandbox._classify(status(signal.SIGXFSZ), _usage(), b"", config)
+    size = sandbox._classify(_ending(status(signal.SIGXFSZ)), config)
     assert size is not None and size.detail == "file size limit 1 MiB"
-    assert sandbox._classify(_exited(0), _usage(), b"", config) is None
+    assert sandbox._classify(_ending(_exited(0)), config) is None
 
 
 def test_a_run_error_is_reported_and_an_allocation_error_is_the_memory_limit() -> None:
     config = sandbox.SandboxConfig(limits=LIMITS)
     error = json.dumps({"error": "TVMError: shape mismatch"}).encode()
-    failure = sandbox._classify(_exited(1), _usage(), error, config)
+    failure = sandbox._classify(_ending(_exited(1), data=error), config)
     assert failure is not None and failure.limit == "error" and failure.detail == "the run failed: TVMError: shape mismatch"
     oom = json.dumps({"error": "RuntimeError: std::bad_alloc"}).encode()
-    failure = sandbox._classify(_exited(1), _usage(), oom, config)
+    failure = sandbox._classify(_ending(_exited(1), data=oom), config)
     assert failure is not None and failure.limit == "memory"
+
+
+def test_memory_samples_read_proc_status() -> None:
+    sampler = sandbox._MemorySampler(os.getpid(), bubblewrap=False)
+    sampler.sample()
+    assert sampler.resident > 0 and sampler.data > 0
+    gone = sandbox._MemorySampler(2**22 + 1, bubblewrap=True)  # no such process: nothing read
+    gone.sample()
+    assert (gone.resident, gone.data, gone.target) == (0, 0, None)
 
 
 def _answer(header: Any, blob: bytes = b"") -> bytes:
