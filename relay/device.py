@@ -281,9 +281,8 @@ def device_name(vd: VirtualDevice) -> str:
         if target.kind != expected_kind or _named_attrs(target) != _standard_attrs(target.kind):
             words = (w for w in str(target).split() if not w.startswith("-keys=") and w != "-mtriple=")
             extras.append("target " + " ".join(words))
-    if vd.memory_scope is not None:
-        # "" is an explicit default scope (TVM's "global"): named so, never as an empty word.
-        extras.append(f"scope {vd.memory_scope or 'global'}")
+    if vd.memory_scope:  # "" is the default scope: nothing to name (never an empty word)
+        extras.append(f"scope {vd.memory_scope}")
     return name + (f" ({', '.join(extras)})" if extras else "")
 
 
