@@ -5,8 +5,8 @@ or TVM <= 0.19's JSON (nodes with `"type_key"`). Relax comes as TVMScript
 (`@I.ir_module` / `@R.function` Python syntax, what `mod.script()` prints) or
 the JSON of TVM's FFI (`"root_index"`, nodes with `"type"`, `relax.` node
 types); TVMScript that starts with a `metadata = tvm.ir.load_json(` line is
-Relax however long that line is. The service uses this when a request says nothing, so a Relay request
-never needs TVM.
+Relax however long that line is. The service uses this when a request says
+nothing, so a Relay request never needs TVM.
 """
 
 from __future__ import annotations

@@ -396,17 +396,17 @@ class _Checker:
                     scope.blocks.pop()
                 continue
             if isinstance(item, _Bind):
-                self._target(item.target, scope, names_only=True)
+                self._target(item.target, scope, names_only=True, builtin_ok=item.builtin_ok)
                 continue
             for block, binds in reversed(self._statement(item, scope, functions)):
                 work.append(_POP)
                 work.extend(reversed(block))
-                work.extend(_Bind(b) for b in reversed(binds))
+                work.extend(reversed(binds))
                 work.append(_PUSH)
 
     def _statement(
         self, stmt: ast.stmt, scope: _Scope, functions: frozenset[str]
-    ) -> list[tuple[list[ast.stmt], tuple[ast.expr, ...]]]:
+    ) -> list[tuple[list[ast.stmt], tuple[_Bind, ...]]]:
         """Check one statement's own parts (binding what it binds); its nested
         blocks come back to be walked in order, each with the targets to bind
         in its frame."""
@@ -440,12 +440,14 @@ class _Checker:
         if isinstance(stmt, ast.With):
             for item in stmt.items:
                 self._head(item.context_expr, table.FRAMES, "with", scope)
-            return [(stmt.body, tuple(i.optional_vars for i in stmt.items if i.optional_vars is not None))]
+            # `with ... as x`: whether TVM's parser binds x depends on the frame; a builtin name is refused.
+            binds = tuple(_Bind(i.optional_vars, False) for i in stmt.items if i.optional_vars is not None)
+            return [(stmt.body, binds)]
         if isinstance(stmt, ast.For):
             if stmt.orelse:
                 raise _Refused(stmt.orelse[0], "`for ... else` is not allowed in TVMScript")
             self._head(stmt.iter, table.LOOPS, "for", scope)
-            return [(stmt.body, (stmt.target,))]
+            return [(stmt.body, (_Bind(stmt.target, True),))]
         if isinstance(stmt, ast.While):
             if stmt.orelse:
                 raise _Refused(stmt.orelse[0], "`while ... else` is not allowed in TVMScript")
@@ -456,7 +458,7 @@ class _Checker:
             return []
         if isinstance(stmt, ast.FunctionDef):
             # A local function (Relax closures): the same rules, the enclosing names visible.
-            self._bind_name(stmt, stmt.name, scope)
+            self._bind_name(stmt, stmt.name, scope, builtin_ok=False)
             outer = set().union(*scope.blocks)
             self._function(stmt, outer, functions)
             return []
@@ -472,14 +474,16 @@ class _Checker:
             )
         self._expressions([node], scope)
 
-    def _target(self, node: ast.expr, scope: _Scope, *, names_only: bool = False) -> None:
+    def _target(
+        self, node: ast.expr, scope: _Scope, *, names_only: bool = False, builtin_ok: bool = True
+    ) -> None:
         """An assignment target: names (bound here), tuples of them, or a
         subscript store into an allowed expression."""
         work = [node]
         while work:
             target = work.pop()
             if isinstance(target, ast.Name):
-                self._bind_name(target, target.id, scope)
+                self._bind_name(target, target.id, scope, builtin_ok=builtin_ok)
             elif isinstance(target, ast.Tuple | ast.List):
                 work.extend(target.elts)
             elif isinstance(target, ast.Subscript) and not names_only:
@@ -489,9 +493,14 @@ class _Checker:
                     target, f"{_describe(target)} is not allowed as an assignment target in TVMScript"
                 )
 
-    def _bind_name(self, node: ast.AST, name: str, scope: _Scope) -> None:
+    def _bind_name(self, node: ast.AST, name: str, scope: _Scope, *, builtin_ok: bool = True) -> None:
+        """Bind `name` in the innermost frame. `builtin_ok` is False where TVM's
+        parser may not bind it (a local function, `with ... as`): a builtin's
+        name there would still mean the builtin to TVM."""
         if name in _BINDABLE_FORBIDDEN or name.startswith("__"):
             raise _Refused(node, f"the name `{name}` cannot be bound in TVMScript")
+        if not builtin_ok and name in BUILTIN_NAMES:
+            raise _Refused(node, f"the name `{name}` (a Python builtin) cannot be bound here in TVMScript")
         scope.blocks[-1].add(name)
 
     # ------------------------------------------------------------ expressions
@@ -784,9 +793,11 @@ def _attribute_parts(node: ast.Attribute) -> list[str]:
 
 @dataclass(frozen=True)
 class _Bind:
-    """A work item of `_body`: bind the names of a block's head in its frame."""
+    """A work item of `_body`: bind the names of a block's head in its frame
+    (`builtin_ok`: whether a builtin's name may be bound there, see `_bind_name`)."""
 
     target: ast.expr
+    builtin_ok: bool
 
 
 @dataclass(frozen=True)

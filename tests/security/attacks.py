@@ -243,6 +243,16 @@ ATTACKS: tuple[Attack, ...] = (
         "builtin",
     ),
     Attack(
+        "builtin-named-local-function",
+        _relax(
+            '        @R.function\n        def open(a: R.Tensor((4,), dtype="float32")) -> R.Tensor((4,), dtype="float32"):\n'
+            "            return a\n"
+            '        y = open("{marker}", "w")\n        return x\n'
+        ),
+        "def open",
+        "builtin",
+    ),
+    Attack(
         "decorator-unprinted-keyword",
         _relax(_DATAFLOW, deco="@R.function(check_well_formed=False)"),
         "check_well_formed",
