@@ -610,7 +610,7 @@ class _Checker:
             )
         if name == "range":
             raise _Refused(node, "`range` is allowed only as a `for` loop's range")
-        if name.startswith("_"):
+        if name.startswith("__"):  # Python's and TVM's own (`__import__`, `__current_script_parser__`)
             raise _Refused(node, f"{what} `{name}` is not allowed in TVMScript")
         if name == "cls":
             raise _Refused(node, "`cls` is allowed only as `cls.<a function of this module>`")

@@ -372,3 +372,12 @@ def test_edits_land_where_the_checked_nodes_are(odd: str) -> None:
         assert checked.script.count(rewritten) == 1
     assert 'R.const("' not in checked.script
     assert checked.script.count("\n") == text.count("\n")
+
+
+def test_single_underscore_names_are_the_modules_own() -> None:
+    text = FLOATS.replace("d: R.Tensor((4,), dtype=\"float32\") = R.maximum(x, a)", "_d = R.maximum(x, a)")
+    text = text.replace("R.minimum(d, b)", "R.minimum(_d, b)")
+    mod, _ = read_relax(text)
+    assert any(b.var.name == "_d" for b in mod["main"].body.blocks[0].bindings)
+    with pytest.raises(ParseError, match="`_unbound`"):
+        read_relax(text.replace("R.minimum(_d, b)", "R.minimum(_unbound, b)"))
