@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ def build(
         run_check=bool(payload.get("run_check", False)),
         library=str(scratch),
         sandbox=sandbox.config_from(settings),  # the layers this work horse finds (cached per process)
+        deadline=time.time() + float(payload["compile_timeout_s"]),
     )
     timeout_s = float(payload["compile_timeout_s"])
     run = CompileRun(compile_job, target)

@@ -117,31 +117,70 @@ def test_sandbox_off_is_said_and_the_check_still_runs() -> None:
         assert response.json()["report"]["check"] == {"max_abs_error": 0.0, "sandbox": []}
 
 
-def _sandbox_children(marker: str) -> list[int]:
-    """Live processes whose command line names `marker` (a zombie's is empty)."""
+def _sandbox_children(library: Path) -> list[int]:
+    """Live run-check children (bwrap or Python) of `library`'s check (a zombie's command
+    line is empty; the C compiler that writes `library` names it but not the directory)."""
+    marker = str(sandbox.check_dir_of(library))
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
+                words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             except OSError:
                 continue
+            if "service.sandbox" in words and marker in words:
+                found.append(int(entry.name))
     return found
+
+
+def _filtered(pids: list[int]) -> bool:
+    """True when one of `pids` runs under a seccomp filter (/proc status `Seccomp: 2`)."""
+    for pid in pids:
+        try:
+            if "Seccomp:\t2" in Path(f"/proc/{pid}/status").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+def test_the_check_ends_within_the_compile_time_limit_and_names_its_wall_clock(tmp_path: Path) -> None:
+    # A compile limit of 40 s and a check allowed 600 s: the check gets what is left of the 40 s.
+    with _app(str(tmp_path / "artifacts"), 600, compile_timeout_s=40) as c:
+        module = one_device(attack_lines("sleep"))
+        response = c.post("/compile", json={"module": module, "default_device": "cpu", "run_check": True})
+        assert response.status_code == 504, response.text
+        assert "the run check hit its wall-clock limit" in response.json()["detail"]
+        assert "(the rest of the compile's 40 s)" in response.json()["detail"]
+        assert list((tmp_path / "artifacts").glob("tmp-*")) == []
 
 
 @pytest.mark.slow
 def test_a_compile_killed_during_its_check_leaves_no_child_and_no_directory(tmp_path: Path) -> None:
-    # The compile's own time limit (30 s) ends it while its check sleeps (the check's wall
-    # clock is 600 s): the child dies with the compile process, its directory goes with it.
-    artifacts = tmp_path / "artifacts"
-    with _app(str(artifacts), 600, compile_timeout_s=30) as c:
-        module = one_device(attack_lines("sleep"))
-        response = c.post("/compile", json={"module": module, "default_device": "cpu", "run_check": True})
-        assert response.status_code == 504, response.text
-        assert "within 30 s" in response.json()["detail"]
-        assert list(artifacts.glob("tmp-*")) == []
-        from tests.farm.conftest import wait_until
+    # The caller stops waiting (a cancelled request, DELETE /jobs/{id}, the time limit) while
+    # the check sleeps: stop() kills the compile process, the child dies with it (PDEATHSIG,
+    # bwrap's --die-with-parent) and the check's directory goes with the library.
+    import solver
+    from service.compile_workers import CompileJob, CompileRun
+    from service.planning import PlanJob
+    from tests.farm.conftest import wait_until
 
-        wait_until("the run check's child to be gone", lambda: not _sandbox_children(str(artifacts)), 60)
-        assert_healthy_and_compiling(c)
+    library = tmp_path / "tmp-killed.so"
+    job = CompileJob(
+        plan=PlanJob(module=one_device(attack_lines("sleep")), options=solver.PlanOptions(default_device="cpu")),
+        targets=None,
+        cuda_arch=None,
+        run_check=True,
+        library=str(library),
+        sandbox=sandbox.config_from(Settings(run_check_wall_s=600), FOUND),
+    )
+    run = CompileRun(job)
+    try:
+        # The event: the child's filter is on (so it is past loading and runs the kernel).
+        wait_until("the run check's child to run its kernel", lambda: _filtered(_sandbox_children(library)), 300)
+    finally:
+        run.stop()
+    wait_until("the run check's child to be gone", lambda: not _sandbox_children(library), 60)
+    assert not library.exists()
+    assert not sandbox.check_dir_of(library).exists()

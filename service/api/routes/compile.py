@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -185,6 +186,7 @@ async def compile_module(
             run_check=body.run_check,
             library=str(store.new_temp()),
             sandbox=_sandbox(request, settings),
+            deadline=time.time() + settings.compile_timeout_s,
         )
         run = CompileRun(job)
         try:
