@@ -150,22 +150,54 @@ class PlanJob:
         return self.options.timeout_ms
 
 
-@dataclass(frozen=True, slots=True)
 class PlanFailure(Exception):
     """A request that could not be planned, as plain data (picklable, JSON-able).
 
     `report` is the compiler-style text (`error: ... --> name:line:col`) the CLI
     prints; `locations` and `constraints` feed the problem+json body.
+
+    A plain exception class, not a frozen dataclass: Python sets
+    `__traceback__` (and `__context__`) on every exception it raises, which a
+    frozen instance refuses (a `with` block's exit then raised TypeError in its
+    place). The fields are set once here and are not meant to change; equality
+    compares them, and pickling passes them back to `__init__` (`args`).
     """
 
     kind: str
     message: str
     report: str
-    locations: tuple[dict[str, Any], ...] = ()
-    constraints: tuple[dict[str, Any], ...] = ()
+    locations: tuple[dict[str, Any], ...]
+    constraints: tuple[dict[str, Any], ...]
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        report: str,
+        locations: Sequence[dict[str, Any]] = (),
+        constraints: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        locations, constraints = tuple(locations), tuple(constraints)
+        super().__init__(kind, message, report, locations, constraints)
+        self.kind = kind
+        self.message = message
+        self.report = report
+        self.locations = locations
+        self.constraints = constraints
 
     def __str__(self) -> str:
         return self.report
+
+    def __repr__(self) -> str:
+        return f"PlanFailure(kind={self.kind!r}, message={self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlanFailure):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.message, self.report))
 
     @classmethod
     def from_relay_error(cls, kind: str, err: relay.RelayError) -> PlanFailure:
