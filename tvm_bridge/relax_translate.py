@@ -39,7 +39,7 @@ from relay import ast
 from relay.device import Target, VirtualDevice, parse_target
 from relay.span import RelayError, SourceText, Span
 
-from .targets import native_output_to_log
+from .targets import native_output_to_log, target_dict
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ def _default_attrs(kind: str) -> dict[str, Any]:
     return {str(k): plain(v) for k, v in exported.items()}
 
 
+@functools.cache
+def _written_attrs(kind: str) -> dict[str, Any]:
+    """What the bridge itself writes for a target of this kind alone
+    (`targets.target_dict`: cuda's default arch and its llvm host), as TVM
+    exports it: a planned module read again names its devices as the first
+    plan did (`cuda`, not `cuda (target cuda -arch=sm_75 ...)`)."""
+    try:
+        with native_output_to_log(log):
+            exported = dict(tvm.target.Target(target_dict({"kind": kind})).export())
+    except Exception:  # noqa: BLE001 - a kind the bridge cannot write alone
+        return {}
+    exported.pop("kind", None)
+    return {str(k): plain(v) for k, v in exported.items()}
+
+
 _SIMPLE = (str, int, float)
 _MISSING = object()
 
@@ -78,15 +93,22 @@ def relay_target(target: Any) -> Target:
     """A TVM `Target` as the planner's plain `relay.device.Target` value. What
     TVM filled in by default is left out, so `I.vdevice("llvm", 0)` is the
     request's `cpu` (`parse_target("llvm")`), and a device differs from a
-    request's only where the module says something of its own (an arch)."""
+    request's only where the module says something of its own (an arch).
+    What the bridge writes for a bare kind (cuda's default arch, its llvm
+    host) is left out too, so names are stable across re-planning."""
     exported = dict(target.export())
     kind = str(exported["kind"])
+    written = _written_attrs(kind)
+    if exported.get("host") is not None and plain(exported["host"]) == written.get("host", _MISSING):
+        exported.pop("host")  # the host the bridge writes for this kind
     if exported.get("host") is None:
         defaults = _default_attrs(kind)
         own = {
             str(k): plain(v)
             for k, v in exported.items()
-            if k not in ("kind", "host") and plain(v) != defaults.get(str(k), _MISSING)
+            if k not in ("kind", "host")
+            and plain(v) != defaults.get(str(k), _MISSING)
+            and plain(v) != written.get(str(k), _MISSING)
         }
         if "keys" not in own and not own.get("tag") and all(
             isinstance(v, _SIMPLE) and not isinstance(v, bool) for v in own.values()
