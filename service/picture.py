@@ -35,7 +35,7 @@ import solver
 from relay import ast
 from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
 from relay.traverse import children
-from service.record import CopyEntry, PlacementRecord
+from service.record import CopyEntry, PlacementRecord, placement_head
 from service.report import operator_times
 from service.units import bytes_text
 from solver import input_roots, node_ids, wrapper_op
@@ -168,15 +168,13 @@ def build_picture(
                     return None
                 kind, label = "op", expr.op.name
             elif isinstance(expr.op, GlobalVar):
-                kind, label = "call", f"call @{expr.op.name}"
+                kind, label = "call", f"@{expr.op.name}"
             elif isinstance(expr.op, Var):
-                kind, label = "call", f"call %{expr.op.name}"
+                kind, label = "call", f"%{expr.op.name}"
             else:
                 kind, label = "call", "call"
-            if entry is not None and entry.kind == "operator":
-                label = entry.name if not entry.binding else f"{entry.binding} = {entry.name}"
         elif isinstance(expr, Var):
-            kind, label = "param", entry.name if entry is not None else f"%{expr.name}"
+            kind, label = "param", f"%{expr.name}"
         elif isinstance(expr, If):
             kind, label = "if", "if"
         elif isinstance(expr, Match):
@@ -185,6 +183,9 @@ def build_picture(
             kind, label = "const", "constant"
         if kind is None:
             return None
+        if entry is not None and kind in ("op", "call", "param"):
+            # As the record names it, in the module's language (`lv3 = cls.f`, `R.matmul`).
+            label = placement_head(entry.to_json())
         key = f"n{i}"
         if key not in nodes:
             nodes[key] = _Node(

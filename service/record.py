@@ -230,9 +230,15 @@ def copy_ends(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) ->
 
 def placement_label(p: Mapping[str, Any]) -> str:
     """A placement (its JSON) as views name it: `nn.dense #9`, `lv41 = R.matmul #9`."""
+    return f"{placement_head(p)} #{p['node']}"
+
+
+def placement_head(p: Mapping[str, Any]) -> str:
+    """A placement (its JSON) as the module's language writes it, without its
+    node id: `nn.dense`, `@f`, `lv41 = R.matmul`, `lv3 = cls.f`, `x`; the
+    picture's labels and every copy's ends use it."""
     binding = p.get("binding")
-    head = f"{binding} = {p['name']}" if binding and binding != p["name"] else p["name"]
-    return f"{head} #{p['node']}"
+    return f"{binding} = {p['name']}" if binding and binding != p["name"] else str(p["name"])
 
 
 def value_bytes(t: Any) -> int | None:

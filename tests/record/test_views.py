@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from service.planning import PlanJob
-from tests.record.views import CORPUS, RELAX, check_views, plan_views, written_copies
+from tests.record.views import CORPUS, RELAX, check_views, picture_labels, plan_views, written_copies
 from tests.solver._corpus import corpus_cases
 
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found (../shared/corpus)")
@@ -117,6 +117,43 @@ def test_relax_views_agree_with_tvmscript_lines(mode: str) -> None:
         (exp,) = [p for p in report["placements"] if p["node"] in copy["from"]]
         assert exp["name"] == "R.exp" and (copy["line"], copy["column"]) == (exp["line"], exp["column"])
         assert sorted(p["binding"] for p in report["placements"] if p["node"] in copy["to"]) == ["d", "f"]
+
+
+RELAX_CALLS = """@I.ir_module
+class Module:
+    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("cuda", 0)]})
+
+    @R.function
+    def double(a: R.Tensor((4, 4), "float32")) -> R.Tensor((4, 4), "float32"):
+        with R.dataflow():
+            b = R.add(a, a)
+            R.output(b)
+        return b
+
+    @R.function
+    def main(x: R.Tensor((4, 4), "float32")) -> R.Tensor((4, 4), "float32"):
+        cls = Module
+        with R.dataflow():
+            y = R.exp(x)
+            z = cls.double(y)
+            w = R.multiply(z, y)
+            R.output(w)
+        return w
+"""
+
+
+@needs_tvm
+@pytest.mark.parametrize("mode", MODES)
+def test_relax_call_of_a_function_is_named_as_tvmscript_writes_it(mode: str) -> None:
+    """A call of a function is `z = cls.double` in the report, the picture and --explain alike."""
+    pin = {"select": {"op": "R.exp", "index": 0}, "device": "cuda"}
+    job = PlanJob(module=RELAX_CALLS, name="calls.py", mode=mode, constraints=(pin,))
+    outcome, report = plan_views(job)
+    check_views(outcome, report, None)
+    (call,) = [p for p in report["placements"] if p["kind"] == "call"]
+    assert (call["name"], call["binding"]) == ("cls.double", "z")
+    assert outcome.picture is not None and "@double\\n" not in outcome.picture["dot"]
+    assert picture_labels(outcome.picture["dot"])[call["node"]] == "z = cls.double"
 
 
 @needs_tvm

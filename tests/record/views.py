@@ -13,7 +13,7 @@ from typing import Any
 
 from service import diff
 from service.planning import PlanJob, PlanOutcome, plan_report
-from service.record import copy_ends
+from service.record import copy_ends, placement_head
 from service.report import load_schema
 from service.units import bytes_text
 
@@ -23,6 +23,7 @@ NO_COLLAPSE = {"max_nodes": 1_000_000}
 
 _COPY_EDGE = re.compile(r'^\s*"(?P<a>[^"]+)" -> "(?P<b>[^"]+)" \[id="copy(?P<k>\d+)", class="copy".*label=" copy (?P<bytes>[^"]*)"\];$')
 _NODE = re.compile(r'^\s*"(?P<key>[nr]\d+)" \[id="(?P=key)", class="(?P<classes>[^"]*)"')
+_LABEL = re.compile(r'label="(?P<label>(?:[^"\\]|\\.)*)"')
 _LEGEND = re.compile(r'\[id="legend-(?P<name>[^"]+)", class="legend-entry legend-device dev-(?P<index>\d+)"')
 
 
@@ -64,6 +65,20 @@ def picture_devices(dot: str) -> dict[int, str]:
             continue
         dev = next(c[4:] for c in classes if c.startswith("dev-"))
         out[int(found["key"][1:])] = legend[dev]
+    return out
+
+
+def picture_labels(dot: str) -> dict[int, str]:
+    """node id -> the first line of the label of each placement drawn on its own."""
+    out: dict[int, str] = {}
+    for line in dot.splitlines():
+        found = _NODE.match(line)
+        if found is None or not found["key"].startswith("n") or "collapsed" in found["classes"].split():
+            continue
+        label = _LABEL.search(line)
+        assert label is not None, line
+        first = label["label"].split("\\n", 1)[0]
+        out[int(found["key"][1:])] = first.replace('\\"', '"').replace("\\\\", "\\")
     return out
 
 
@@ -119,10 +134,16 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
             or (b == f"u{k}" and not c["to"] and not c["into_result"])  # into a reference
         ), (b, c)
         assert label == bytes_text(c["bytes"])
-    # The picture's devices are the report's.
-    for node, device in picture_devices(dot).items():
+    # The picture's devices and names are the report's (Relax: `lv41 = R.matmul`, `lv3 = cls.f`).
+    drawn = picture_devices(dot)
+    for node, device in drawn.items():
         if node in by_node:
             assert by_node[node]["device"] == device, (node, device)
+    labels = picture_labels(dot)
+    assert all(node in labels for node in drawn if node in by_node)
+    for node, label in labels.items():
+        if node in by_node:
+            assert label == placement_head(by_node[node]), (label, by_node[node])
     # The diff: against itself nothing; against a plan without copies, exactly these copies added.
     same = diff.diff_reports(report, report)
     assert not same["changed"] and same["matched"] == len(report["placements"])
