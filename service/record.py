@@ -79,6 +79,9 @@ class Naming:
     # The type of a node as the language states it (Relax: the binding's struct info),
     # for copy sizes; None: inferred from the planner's module.
     type_of: Callable[[Expr], Any] | None = None
+    # Device name -> how the module itself names that device, for conflict messages
+    # (Relax: `cuda (vdevice 1 "cuda:0")`, the module's `I.vdevice` list); unlisted names stay.
+    devices: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, expr: Expr, default: str) -> tuple[str, str | None, relay.Span | None]:
         """(name, binding, location) of `expr`: its own name and span when the
@@ -703,6 +706,12 @@ def _pins(
 # Messages in the language's terms
 
 
+# A tracked constraint's place in a planner message: `annotation at 9:17`, `call site at 3:5`.
+# `operator c = R.add(a, b) shares ...`: an operator named by its binding is a binding.
+_BINDING = re.compile(r"^operator (?=[\w.]+ = )")
+_PLACE = re.compile(r"\b(?:annotation|operator|copy|let|call site|parameter) at (?P<line>\d+):(?P<column>\d+)")
+
+
 class Renamer:
     """The planner's messages (why-answers, conflicts), written in Relay terms,
     in the module language's terms: each named node's Relay text becomes its
@@ -728,6 +737,19 @@ class Renamer:
                 if span is not None:
                     self._at.setdefault((span.line, span.column), []).append((short_text(n), found.text))
         self._words = [(re.compile(r"(?<![\w.])" + re.escape(a) + r"(?![\w.])"), b) for a, b in words if a != b]
+        # (line, column) -> the heads (`b = R.hint_on_device`) of the named nodes written there.
+        self._heads: dict[tuple[int, int], list[str]] = {}
+        if self.active:
+            for found in naming.names.values():
+                if found.span is not None:
+                    head = f"{found.binding} = {found.name}" if found.binding and found.binding != found.name else found.name
+                    heads = self._heads.setdefault((found.span.line, found.span.column), [])
+                    if head not in heads:
+                        heads.append(head)
+        # Longest names first, so that `cuda (target ...)` is not read as `cuda`.
+        listed = sorted(naming.devices, key=len, reverse=True)
+        names = "(?:" + "|".join(map(re.escape, listed)) + r")(?=$|[\s;,)\]])"
+        self._device_pattern = re.compile(rf"(?<=\bon ){names}|(?<=\band ){names}") if listed else None
 
     def text(
         self, message: str, node: int | None = None, line: int | None = None, column: int | None = None
@@ -773,20 +795,41 @@ class Renamer:
         return tuple(out)
 
     def conflict(self, err: solver.PlanningConflict) -> solver.PlanningConflict:
-        """A planning conflict in the language's terms."""
+        """A planning conflict in the language's terms: its nodes as the
+        language writes them, each `<kind> at L:C` as the binding written
+        there (`b = R.hint_on_device at 9:17`), devices as the module names
+        them (`cuda (vdevice 1 "cuda:0")`)."""
         if not self.active:
             return err
         constraints = []
-        message = err.message or str(err)
+        message = self._places(err.message or str(err))
         for c in err.constraints:
             line = c.span.line if c.span is not None else None
             column = c.span.column if c.span is not None else None
             constraints.append(
                 dataclasses.replace(
                     c,
-                    description=self.text(c.description, line=line, column=column),
+                    description=self._devices(_BINDING.sub("binding ", self.text(c.description, line=line, column=column))),
                     expr_text=self.text(c.expr_text, line=line, column=column),
                 )
             )
             message = self.text(message, line=line, column=column)
-        return solver.PlanningConflict(message, constraints, err.span)
+        return solver.PlanningConflict(self._devices(message), constraints, err.span)
+
+    def _places(self, message: str) -> str:
+        """`annotation at 9:17` -> `b = R.hint_on_device at 9:17`: a tracked
+        constraint's kind as the binding written at its location."""
+
+        def at(found: re.Match[str]) -> str:
+            line, column = int(found["line"]), int(found["column"])
+            heads = self._heads.get((line, column))
+            return f"{heads[0]} at {line}:{column}" if heads else found[0]
+
+        return _PLACE.sub(at, message)
+
+    def _devices(self, message: str) -> str:
+        """Device names after `on`/`and` as the module names the device."""
+        if self._device_pattern is None:
+            return message
+        names = self.naming.devices
+        return self._device_pattern.sub(lambda m: names[m[0]], message)

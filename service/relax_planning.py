@@ -19,6 +19,7 @@ from typing import Any
 
 from tvm import relax
 
+import relay
 import solver
 from relay import ast
 from relay.span import RelayError, SourceText
@@ -124,7 +125,29 @@ def naming(translation: Translation) -> Naming:
         var = variables.get(id(real_node(expr)))
         return relay_type(var.ty) if var is not None else None
 
-    return Naming("relax", names, ANNOTATION, COPY, one_copy_per_value=True, type_of=type_of)
+    return Naming(
+        "relax", names, ANNOTATION, COPY, one_copy_per_value=True, type_of=type_of, devices=vdevice_names(translation)
+    )
+
+
+def vdevice_names(translation: Translation) -> dict[str, str]:
+    """Each device the module lists (`I.vdevice`) as conflicts name it: its
+    device name with its place in the list and the string TVMScript writes
+    for it (`cuda (vdevice 1 "cuda:0")`: the first cuda vdevice, the list's
+    second); a name two vdevices share is left as it is."""
+    out: dict[str, str] = {}
+    shared: set[str] = set()
+    per_kind: dict[str, int] = {}
+    for k, (vdev, vd) in enumerate(zip(translation.vdevices, translation.table)):
+        kind = str(vdev.target.kind.name)
+        j = per_kind[kind] = per_kind.get(kind, -1) + 1
+        scope = str(vdev.memory_scope)
+        written = f"{kind}:{j}" + (f":{scope}" if scope not in ("", "global") else "")
+        name = relay.device_name(vd)
+        if name in out:
+            shared.add(name)
+        out[name] = f'{name} (vdevice {k} "{written}")'
+    return {name: text for name, text in out.items() if name not in shared}
 
 
 def _operands(call: Any) -> str:

@@ -133,17 +133,61 @@ CONFLICT = (
 )
 
 
+def _conflict_lines() -> dict[str, tuple[int, int]]:
+    """binding -> (line, column) of its value in CONFLICT."""
+    out = {}
+    for i, t in enumerate(CONFLICT.splitlines(), 1):
+        for b in ("a", "b", "c"):
+            if t.strip().startswith(f"{b} = "):
+                out[b] = (i, t.index(f"{b} = ") + 5)
+    return out
+
+
+def _speaks_relax(text: str) -> None:
+    """The issue's two conflicting hints, in Relax terms: bindings, R.hint_on_device, vdevices."""
+    at = _conflict_lines()
+    assert f'cpu (vdevice 0 "llvm:0") (a = R.hint_on_device at {at["a"][0]}:{at["a"][1]})' in text, text
+    assert f'cuda (vdevice 1 "cuda:0") (b = R.hint_on_device at {at["b"][0]}:{at["b"][1]})' in text, text
+    assert f"linked through c = R.add at {at['c'][0]}:{at['c'][1]}" in text, text
+    assert "on_device(" not in text.replace("R.hint_on_device(", "") and "%x" not in text and "%y" not in text
+    assert "scope" not in text and "annotation at" not in text and "operator at" not in text
+
+
 def test_a_relax_conflict_speaks_relax(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     module = tmp_path / "hints.py"
     module.write_text(CONFLICT)
     code, _, err = run(capsys, "plan", str(module))
     assert code == 3, err
-    lines = CONFLICT.splitlines()
-    line_of = {b: i for i, t in enumerate(lines, 1) for b in ("a", "b", "c") if t.strip().startswith(f"{b} = ")}
-    assert f"{module}:{line_of['a']}:" in err and f"{module}:{line_of['b']}:" in err and "<relax>" not in err
-    assert "a = R.hint_on_device(x)" in err and "c = R.add(a, b)" in err
-    assert "on_device(" not in err.replace("R.hint_on_device(", "") and "%x" not in err
-    assert "scope )" not in err
+    at = _conflict_lines()
+    assert f"{module}:{at['a'][0]}:{at['a'][1]}:" in err and f"{module}:{at['b'][0]}:" in err and "<relax>" not in err
+    assert "a = R.hint_on_device(x)" in err and "binding c = R.add(a, b) shares one device" in err
+    assert 'R.hint_on_device puts y on cuda (vdevice 1 "cuda:0")' in err
+    _speaks_relax(err)
+
+
+def test_a_relax_conflict_speaks_relax_over_http() -> None:
+    """The same conflict over POST /plan: a located planning-conflict problem in the same terms."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from service.config import Settings
+    from service.errors import PLANNING_CONFLICT
+    from service.main import create_app
+
+    with TestClient(create_app(Settings(pool_kind="thread", pool_size=1)), raise_server_exceptions=False) as client:
+        response = client.post("/plan", json={"module": CONFLICT})
+    assert response.status_code == PLANNING_CONFLICT.status == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    _speaks_relax(body["detail"])
+    at = _conflict_lines()
+    assert [(c["line"], c["column"]) for c in body["constraints"]] == [at["a"], at["c"], at["b"]]
+    assert {(loc["line"], loc["column"]) for loc in body["locations"]} == {at["a"], at["b"], at["c"]}
+    assert [c["devices"] for c in body["constraints"]] == [["cpu"], [], ["cuda"]]
+    assert "vdevice 1" in body["constraints"][2]["description"]
 
 
 TWINS = """
