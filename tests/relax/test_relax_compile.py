@@ -32,6 +32,7 @@ def _compile(name: str, tmp_path: Path, mode: str) -> Any:
         compile_timeout_s=1800.0,
         run_check_cpu_s=900.0,
         run_check_wall_s=1200.0,
+        run_check_memory_bytes=16 << 30,
     )
     body = {
         "module": path_of(name, "json").read_text(),
