@@ -886,6 +886,14 @@ def fit_and_report(record: Mapping[str, Any]) -> int:
     return 0
 
 
+def _write_record(path: Path, record: dict[str, Any], merge: Any) -> None:
+    """Write `record` to `path`, merged (`merge(old, new)`) with what is there."""
+    if path.exists():
+        record = merge(json.loads(path.read_text()), record)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    log.info("wrote %s", path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -915,19 +923,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "measure":
-        record = measure(args.models, args.repeat, args.kernel_budget_s)
-        if args.output.exists():
-            record = merge_best(json.loads(args.output.read_text()), record)
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
-        log.info("wrote %s", args.output)
+        _write_record(args.output, measure(args.models, args.repeat, args.kernel_budget_s), merge_best)
         return 0
     if args.command == "measure-relax":
         record = measure_relax(args.models, args.repeat, args.budget_s)
         record["kernels"] = measure_relax_kernels(args.kernels_of, args.repeat, args.kernel_budget_s)
-        if args.output.exists():
-            record = merge_best_runs(json.loads(args.output.read_text()), record)
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
-        log.info("wrote %s", args.output)
+        _write_record(args.output, record, merge_best_runs)
         return 0
     if args.command == "relax-table":
         print(relax_table(json.loads(args.record.read_text())))
