@@ -607,12 +607,12 @@ def _all_bytes(args: Sequence[int], out: int) -> int:
     return out + sum(args)
 
 
-# Operators that read or write other than all their inputs and their output
-# (docs/optimize.md section 5); any other kernel moves `out + sum(args)`.
 VIEWS = frozenset(("reshape", "expand_dims", "squeeze", "nn.batch_flatten", "reshape_like"))
 """Operators whose result is a view of their input in TVM's build: no bytes
 moved, and no new intermediate in a memory budget."""
 
+# Operators that read or write other than all their inputs and their output
+# (docs/optimize.md section 5); any other kernel moves `out + sum(args)`.
 BYTE_RULES: dict[str, ByteRule] = {
     **{name: _rows_read for name in ("take", "gather", "gather_nd", "relax.index_tensor", "strided_slice")},
     **{name: _view for name in VIEWS},
