@@ -562,18 +562,20 @@ class PlanResponse(BaseModel):
     placements: list[dict[str, Any]] | None = Field(
         None,
         description='With `include: ["placements"]`: every operator call, call of a function and function '
-        "parameter: node, kind, name, function, index, line, column, device, decided_by (a why-answer's "
-        "reason), inputs (node ids feeding it). Schema: schemas/report.schema.json.",
+        "parameter: node, kind, name, binding, function, index, line, column, device, decided_by (a why-answer's "
+        "reason), inputs (node ids feeding it), predicted_ms (an operator's kernel time on its device under "
+        "the cost model). Schema: schemas/report.schema.json.",
     )
     copies: list[dict[str, Any]] | None = Field(
         None,
         description='With `include: ["placements"]`: every device_copy: src, dst, bytes, line, column, '
-        "from/to (node ids), into_result.",
+        "from/to (node ids), into_result, predicted_ms (its time over the link under the cost model).",
     )
     prediction: dict[str, Any] | None = Field(
         None,
         description='With `include: ["placements"]`: predicted_ms (in TVM mode the cost model\'s price of the '
-        "TVM plan), basis (tvm-plan | optimize), reason, copies, bytes_copied, per_device.",
+        "TVM plan), basis (tvm-plan | optimize), reason, copies, bytes_copied, per_device (operator_calls, "
+        "kernel_ms: the placements' times summed).",
     )
     device_map: list[dict[str, Any]] | None = Field(
         None,

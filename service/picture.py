@@ -9,11 +9,13 @@ parameter whose one consumer is an operator taking it after its first
 argument): the consumer shows `+N weights`, lists the folded ids in its tooltip
 and carries a `fold-{ID}` class per weight, so the explore page can still pin
 them. Copies are red edges labelled with the bytes copied (from inferred
-types); pinned nodes (annotations, request pins) are outlined. Over `max_nodes`
-operators (60), runs of operators on one device (a chain with no branch)
-collapse into one node with its count and predicted time (the optimize mode's
-cost model); copies and pins never collapse, and `expand` lists node ids whose
-runs stay open. The legend explains every mark.
+types; their tooltips give the predicted copy time); pinned nodes (annotations,
+request pins) are outlined. Over `max_nodes` operators (60), runs of operators
+on one device (a chain with no branch) collapse into one node with its count
+and predicted time (the sum of its operators' times in the placement record);
+copies and pins never collapse, and `expand` lists node ids whose runs stay
+open. The legend explains every mark. Every name, device and time shown is
+the placement record's (service.record): nothing is priced here.
 
 The SVG is structured for tests and the explore page: every node is
 `<g id="n{ID}" class="node ...">` (a collapsed run `id="g{first ID}"` with the
@@ -31,12 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import solver
 from relay import ast
-from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Module, Op, RefCreate, Var
+from relay.ast import Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, Var
 from relay.traverse import children
 from service.record import CopyEntry, PlacementRecord, placement_head
-from service.report import operator_times
 from service.units import bytes_text
 from solver import input_roots, node_ids, wrapper_op
 
@@ -113,11 +113,10 @@ def build_picture(
     *,
     max_nodes: int = MAX_NODES,
     expand: Iterable[int] = (),
-    config: solver.PlanConfig | None = None,
 ) -> Picture:
     """The picture of a plan's placement record (service.record: its devices,
-    names, pins and copies); `config` (the plan's) prices the operators for the
-    collapsed boxes' predicted times (the built-in profiles without it)."""
+    names, pins, copies and their predicted times: an operator's time and a
+    collapsed run's, the sum of its operators', are the record's)."""
     module = record.module
     result = record.result
     log = result.constraints
@@ -173,6 +172,8 @@ def build_picture(
                 kind, label = "call", f"%{expr.op.name}"
             else:
                 kind, label = "call", "call"
+            if entry is not None and entry.kind == "operator":
+                kind = "op"  # a call of a primitive function runs one kernel: an operator, as the record has it
         elif isinstance(expr, Var):
             kind, label = "param", f"%{expr.name}"
         elif isinstance(expr, If):
@@ -314,7 +315,10 @@ def build_picture(
         final_edges.append((source, f"u{k}", k))
 
     nodes, final_edges = _fold(nodes, final_edges, arg_pos)
-    _price(module, nodes, result, config)
+    for drawn in nodes.values():
+        entry = placed.get(drawn.members[0])
+        if drawn.kind == "op" and entry is not None:
+            drawn.ms = entry.predicted_ms
     groups = _collapse(nodes, final_edges, max_nodes, set(expand))
     return _emit(nodes, final_edges, groups, record.copies, cluster_names)
 
@@ -349,18 +353,6 @@ def _fold(
             drop.add(k)
     kept = {k: n for k, n in nodes.items() if k not in drop}
     return kept, [e for e in edges if e[0] not in drop]
-
-
-def _price(
-    module: Module, nodes: Mapping[str, _Node], result: solver.PlanResult, config: solver.PlanConfig | None
-) -> None:
-    """Each operator node's predicted kernel time on its device (the optimize
-    mode's cost model); left None when the cost model cannot price it."""
-    ops = {n.members[0] for n in nodes.values() if n.kind == "op"}
-    times = operator_times(module, result, config, only=ops)
-    for n in nodes.values():
-        if n.kind == "op":
-            n.ms = times.get(n.members[0])
 
 
 def _collapse(
@@ -533,11 +525,14 @@ def _emit(
             lines.append(f"  {_quote(a)} -> {_quote(b)};")
             continue
         copies += 1
-        nbytes = copy_entries[site].bytes
+        entry = copy_entries[site]
+        tip = f"copy {entry.src} -> {entry.dst}, {bytes_text(entry.bytes)}"
+        if entry.predicted_ms is not None:
+            tip += f", {_ms_text(entry.predicted_ms)}"
         lines.append(
             f'  {_quote(a)} -> {_quote(b)} [id="copy{site}", class="copy", color="{_COPY_COLOR}", '
             f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", fontsize=11, '
-            f"label={_quote(' copy ' + bytes_text(nbytes))}];"
+            f"tooltip={_quote(tip)}, label={_quote(' copy ' + bytes_text(entry.bytes))}];"
         )
     lines.append("  subgraph cluster_legend {")
     lines.append('    label="legend"; style="rounded"; color="#999999"; id="legend"; class="legend";')

@@ -32,6 +32,7 @@ from service.record import (
     copy_ends,
 )
 from service.report import prediction, report_from_response
+from service.units import bytes_text
 
 log = logging.getLogger("devplan.planning")
 
@@ -450,7 +451,9 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     _check_at_selectors(job)
     try:
         config = source.configure(build_config(job, left_ms, clock))
-        record = plan_record(source, config, job.why, reasons="placements" in job.include)
+        # Times are priced once, into the record, when a view shows them.
+        priced = bool(job.include) or job.picture is not None or job.explain
+        record = plan_record(source, config, job.why, reasons="placements" in job.include, priced=priced)
     except PLANNING_ERRORS as err:
         raise _solve_failure(err, job) from None
     result = record.result
@@ -467,7 +470,7 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
         if record.language == "relax":
             outcome.device_map = [g.to_json() for g in record_device_map(record)]
     if job.picture is not None:
-        outcome.picture = build_picture(record, config=config, **job.picture).to_json()
+        outcome.picture = build_picture(record, **job.picture).to_json()
     if job.explain:
         outcome.explanation = explain_success(outcome, record)
     return outcome
@@ -479,11 +482,13 @@ def plan_record(
     why: Sequence[Mapping[str, Any]] = (),
     *,
     reasons: bool = False,
+    priced: bool = True,
 ) -> PlacementRecord:
     """Plan `source.module` under `config` (already `source.configure`d) and
     build the plan's placement record; the result's `why` answers `why` (in
     the language's terms: one WhyResult per selector). `reasons`: each
-    placement's `decided_by` (a why-answer per placement: a search each).
+    placement's `decided_by` (a why-answer per placement: a search each);
+    `priced`: each operator's and copy's predicted time (service.record.price).
     Raises what `solver.plan` raises."""
     groups = [source.expand(s) or [dict(s)] for s in why]
     asked = [s for group in groups for s in group]
@@ -497,7 +502,7 @@ def plan_record(
     answers = result.why[len(asked) :]
     decided = {a.node: a.reason for w in answers for a in w.answers if a.node is not None} if reasons else None
     asked_answers = renamer.why(_regroup(why, groups, result.why[: len(asked)]))
-    return build_record(graph, dataclasses.replace(result, why=asked_answers), config, decided)
+    return build_record(graph, dataclasses.replace(result, why=asked_answers), config, decided, priced=priced)
 
 
 def _regroup(
@@ -667,9 +672,12 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
     for copy in record.copies:
         c = copy.to_json()
         where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
-        lines.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)})")
+        lines.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {copy_cost_text(c)}")
     if not record.copies:
         lines.append(f"no {word} inserted")
+    times = record_times_line(record)
+    if times is not None:
+        lines.append(times)
     for d in outcome.divergences:
         where = f"{d['line']}:{d['column']}" if d["line"] is not None else "?:?"
         lines.append(f"divergence at {where}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")
@@ -684,6 +692,30 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
             lines.append("device map (modules by weight names, issue 30):")
             lines.extend(device_map_table(groups).splitlines())
     return lines
+
+
+def copy_cost_text(c: Mapping[str, Any]) -> str:
+    """A copy's bytes and predicted time (the record's): `4.0 KiB, 0.010 ms`."""
+    ms = c.get("predicted_ms")
+    return bytes_text(c.get("bytes")) + (f", {ms:.3f} ms" if ms is not None else "")
+
+
+def record_times_line(record: PlacementRecord) -> str | None:
+    """`--explain`'s line of the record's predicted times: per device its
+    operators and their summed kernel times, then the copies'; None when the
+    record is not priced."""
+    totals = record.device_times()
+    if not totals:
+        return None
+    parts = [
+        f"{name} {ops} operator{'s' if ops != 1 else ''} {ms:.3f} ms"
+        for name, (ops, ms) in sorted(totals.items(), key=lambda kv: (kv[0] != "cpu", kv[0]))
+    ]
+    copies = record.copy_ms()
+    if record.copies:
+        parts.append(f"{len(record.copies)} cop{'y' if len(record.copies) == 1 else 'ies'} {copies:.3f} ms")
+    total = round(sum(ms for _, ms in totals.values()) + copies, 6)
+    return f"placement times (cost model): {'; '.join(parts)}; total {total:.3f} ms"
 
 
 def cost_lines(cost: dict[str, Any]) -> list[str]:

@@ -110,6 +110,9 @@ class PlacementEntry:
     inputs: tuple[int, ...]
     binding: str | None = None  # Relax: the variable it is bound to
     decided_by: str | None = None  # a why-answer's reason, when the record was built with reasons
+    # An operator's predicted kernel time on its device (ms; the cost model's, `price`);
+    # None for calls of functions, parameters and what the cost model cannot price.
+    predicted_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's `$defs.placement`."""
@@ -125,6 +128,7 @@ class PlacementEntry:
             "device": self.device,
             "decided_by": self.decided_by or "none",
             "inputs": list(self.inputs),
+            "predicted_ms": self.predicted_ms,
         }
 
 
@@ -140,6 +144,7 @@ class CopyEntry:
     from_nodes: tuple[int, ...]
     to_nodes: tuple[int, ...]
     into_result: str | None  # the function whose result it feeds, when no placement does
+    predicted_ms: float | None = None  # its predicted time over the link (the cost model's, `price`)
 
     def to_json(self) -> dict[str, Any]:
         """The report's `$defs.copy`."""
@@ -152,6 +157,7 @@ class CopyEntry:
             "from": list(self.from_nodes),
             "to": list(self.to_nodes),
             "into_result": self.into_result,
+            "predicted_ms": self.predicted_ms,
         }
 
 
@@ -216,6 +222,23 @@ class PlacementRecord:
 
     def copies_json(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in self.copies]
+
+    def device_times(self) -> dict[str, tuple[int, float]]:
+        """device -> (operator calls, their predicted kernel times summed, ms):
+        the record's own numbers; empty when the record is not priced."""
+        out: dict[str, tuple[int, float]] = {}
+        priced = False
+        for p in self.placements:
+            if p.kind != KIND_OPERATOR:
+                continue
+            ops, ms = out.get(p.device, (0, 0.0))
+            priced = priced or p.predicted_ms is not None
+            out[p.device] = (ops + 1, ms + (p.predicted_ms or 0.0))
+        return {d: (ops, round(ms, 6)) for d, (ops, ms) in out.items()} if priced else {}
+
+    def copy_ms(self) -> float:
+        """The copies' predicted times summed (ms)."""
+        return round(sum(c.predicted_ms or 0.0 for c in self.copies), 6)
 
     def copy_summary(self) -> list[dict[str, Any]]:
         """`summary.device_copies` of the response: each copy's location and devices."""
@@ -306,6 +329,7 @@ class _Flow:
     copies: list[CopyEntry]
     inputs: dict[int, tuple[int, ...]]
     results: dict[int, list[int]]
+    values: list[Expr]  # each site's copied value (its producer), for the copy's price
 
 
 class PlacementGraph:
@@ -492,6 +516,7 @@ class PlacementGraph:
             if first in into:
                 into[k] = into[first]
         out: list[CopyEntry] = []
+        values: list[Expr] = []
         type_of = types() if sites else None
         for k, (parent, child, call) in enumerate(sites):
             if not ends_from[k]:
@@ -499,6 +524,7 @@ class PlacementGraph:
             props = ast.device_copy_props(call)
             src_dev, dst_dev = (_name(props.src), _name(props.dst)) if props else ("?", "?")
             value = self.copied_value(child)
+            values.append(value)
             span = getattr(value, "span", None) or getattr(child, "span", None)
             nbytes = _bytes_of(type_of, value, child)
             out.append(
@@ -513,7 +539,7 @@ class PlacementGraph:
                     None if ends_to[k] else into.get(k),
                 )
             )
-        return _Flow(list(sites), out, inputs, results)
+        return _Flow(list(sites), out, inputs, results, values)
 
 
 def _lc(span: relay.Span | None) -> tuple[int | None, int | None]:
@@ -568,12 +594,15 @@ def build_record(
     config: solver.PlanConfig,
     reasons: Mapping[int, str] | None = None,
     type_of: Callable[[Expr], Any] | None = None,
+    *,
+    priced: bool = True,
 ) -> PlacementRecord:
     """The record of `result`, the plan of `graph.module` under `config`
     (planned with `record_constraints=True`, whose log gives every node's
     device). `reasons`: node id -> why-answer reason (`decided_by`), when
     asked for; `type_of` sizes the copies (default: the naming's, else
-    `solver.module_types`)."""
+    `solver.module_types`); `priced`: each operator's and copy's predicted
+    time (`price`), once, for every view that shows times."""
     log_ = result.constraints
     if log_ is None:
         raise ValueError("a placement record needs a plan made with record_constraints=True")
@@ -583,6 +612,9 @@ def build_record(
     flow = graph.flow(result.module, (lambda: type_of) if type_of is not None else (lambda: _types(module)))
     sites, copies, result_inputs = flow.sites, flow.copies, flow.results
     copies, site_copy = _as_written(copies) if graph.naming.one_copy_per_value else (copies, list(range(len(copies))))
+    values: dict[int, Expr] = {}
+    for site, k in enumerate(site_copy):
+        values.setdefault(k, flow.values[site])
     placements = tuple(
         PlacementEntry(
             g.node,
@@ -604,6 +636,8 @@ def build_record(
         for i, ins in result_inputs.items()
         if any(graph.ids[i] is r for r in graph.roots)
     )
+    if priced:
+        placements, copies = price(graph, result, config, placements, copies, [values[k] for k in range(len(copies))])
     pins = _pins(graph, devices, config.constraints)
     divergences = tuple(
         DivergenceEntry(relay.device_name(src), relay.device_name(dst), *graph.copy_location(span))
@@ -622,6 +656,58 @@ def build_record(
         tuple(site_copy),
         graph.naming,
     )
+
+
+def price(
+    graph: PlacementGraph,
+    result: solver.PlanResult,
+    config: solver.PlanConfig,
+    placements: Sequence[PlacementEntry],
+    copies: Sequence[CopyEntry],
+    values: Sequence[Expr],
+) -> tuple[tuple[PlacementEntry, ...], list[CopyEntry]]:
+    """Each operator's predicted kernel time on its device and each copy's
+    time over its link (`values`: each copy's copied value), under the
+    optimize mode's cost model with `config`'s profiles, links and table:
+    the numbers of the optimizer's own objective in optimize mode, the cost
+    model's price of the TVM plan in TVM mode (as the report's `prediction`).
+    Everything is left unpriced (None) where the cost model cannot price the
+    module; an entry it cannot price alone stays None."""
+    candidates: list[relay.VirtualDevice] = []
+    for vd in result.virtual_devices:
+        if isinstance(vd, relay.VirtualDevice) and all(relay.device_name(c) != relay.device_name(vd) for c in candidates):
+            candidates.append(vd)
+    try:
+        type_of, _ = solver.module_types(graph.module, stated=config.language == "relax")
+        sizes = solver.Sizes(type_of, config.assume_dim)
+        sizes.run(graph.roots)
+        setup = solver.device_setup(candidates, config)
+    except (solver.PlanConfigError, relay.RelayError, ValueError, TypeError, KeyError) as err:
+        log.debug("the plan is not priced: %s", err)
+        return tuple(placements), list(copies)
+    index = {name: i for i, name in enumerate(setup.names)}
+    priced: list[PlacementEntry] = []
+    for p in placements:
+        d = index.get(p.device)
+        n = graph.expr_of.get(p.node)
+        if p.kind != KIND_OPERATOR or d is None or not isinstance(n, Call):
+            priced.append(p)
+            continue
+        try:
+            ms: float | None = solver.ns_to_ms(solver.kernel_costs(n, sizes, setup)[d])
+        except (ValueError, TypeError, KeyError, ZeroDivisionError) as err:
+            log.debug("no time for node %d: %s", p.node, err)
+            ms = None
+        priced.append(dataclasses.replace(p, predicted_ms=ms))
+    out: list[CopyEntry] = []
+    for c, value in zip(copies, values):
+        si, di = index.get(c.src), index.get(c.dst)
+        link = setup.links[si][di] if si is not None and di is not None else None
+        if link is None:
+            out.append(c)
+            continue
+        out.append(dataclasses.replace(c, predicted_ms=solver.ns_to_ms(solver.copy_ns(sizes.of(value), link))))
+    return tuple(priced), out
 
 
 def _as_written(copies: Sequence[CopyEntry]) -> tuple[list[CopyEntry], list[int]]:

@@ -13,12 +13,21 @@ plan's placement record (`service.record`, the one every view reads):
   parameter attribute, function attribute, default, cost, none) and `inputs`,
   the node ids of the placements whose values flow into it (through lets,
   tuples, wrappers, branches). `inputs` is what `service.diff` matches nodes by.
+  An operator's `predicted_ms` is its kernel time on its device under the cost
+  model (null for calls of functions and parameters).
 - `copies`: every copy of the plan, with the placements it copies from and
   into, its devices, its bytes (null when a dimension is symbolic or the type
-  unknown) and the copied value's line:column.
+  unknown), the copied value's line:column and its predicted time.
 - `prediction`: the predicted run time, always present: in optimize mode the
   optimizer's own, in TVM mode the cost model's price of the TVM plan (the same
-  cost model as `mode: "optimize"`, under the request's profiles and links).
+  cost model as `mode: "optimize"`, under the request's profiles and links);
+  `per_device[d].kernel_ms` sums the placements' times on `d`.
+
+Every time here is the placement record's (`service.record.price`, computed
+once per plan): for a Relay plan the placements' and copies' times add up to
+`prediction.predicted_ms` in both modes. A Relax plan writes one copy per
+value and device where the planner prices one per use, so its copies can add
+up to less.
 
 The JSON Schema is `schemas/report.schema.json`; `REPORT_VERSION` changes when a
 field changes meaning or goes away.
@@ -29,15 +38,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import relay
 import solver
-from relay.ast import Call, Function, Module, Op
+from relay.ast import Module
 from service.record import KIND_OPERATOR, PlacementRecord
-from solver import Sizes, device_setup, input_roots, kernel_costs, node_ids, ns_to_ms, wrapper_op
 
 log = logging.getLogger("devplan.report")
 
@@ -47,11 +54,14 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "report.schema.j
 
 def prediction(record: PlacementRecord, config: solver.PlanConfig) -> dict[str, Any]:
     """The predicted run time of the record's plan: the optimizer's in optimize
-    mode, else the cost model's price of the TVM plan (`basis` says which)."""
+    mode, else the cost model's price of the TVM plan (`basis` says which);
+    per device, the record's operator times summed (`kernel_ms`)."""
     result = record.result
     placements = record.placements_json()
     copies = record.copies_json()
     out = _counts(placements, copies, "optimize" if result.cost is not None else "tvm-plan")
+    for name, (_, ms) in record.device_times().items():
+        out["per_device"][name]["kernel_ms"] = ms
     if result.cost is not None:
         out["predicted_ms"] = result.cost.predicted_ms
     else:
@@ -103,51 +113,6 @@ def _price_tvm_plan(planned: Module, config: solver.PlanConfig) -> dict[str, Any
     out: dict[str, Any] = {"predicted_ms": evaluation.predicted_ms}
     if evaluation.violations:
         out["reason"] = "over a memory budget: " + "; ".join(evaluation.violations)
-    return out
-
-
-def operator_times(
-    module: Module,
-    result: solver.PlanResult,
-    config: solver.PlanConfig | None = None,
-    only: Collection[int] | None = None,
-) -> dict[int, float]:
-    """node id -> predicted kernel time (ms) of each operator call on the device
-    `result` gives it (`result.constraints` needed), under the optimize mode's
-    cost model with `config`'s profiles and table. Empty where the cost model
-    cannot price the module (pictures then show counts only)."""
-    log_ = result.constraints
-    if log_ is None:
-        return {}
-    config = config or solver.PlanConfig()
-    candidates: list[relay.VirtualDevice] = []
-    for vd in result.virtual_devices:
-        if isinstance(vd, relay.VirtualDevice) and all(
-            relay.device_name(c) != relay.device_name(vd) for c in candidates
-        ):
-            candidates.append(vd)
-    try:
-        type_of, _ = solver.module_types(module)
-        sizes = Sizes(type_of, config.assume_dim)
-        sizes.run(input_roots(module))
-        setup = device_setup(candidates, config)
-    except (solver.PlanConfigError, relay.RelayError, ValueError, TypeError, KeyError) as err:
-        log.debug("no operator times: %s", err)
-        return {}
-    index = {name: i for i, name in enumerate(setup.names)}
-    out: dict[int, float] = {}
-    for i, n in enumerate(node_ids(module)):
-        if only is not None and i not in only:
-            continue
-        device = log_.devices.get(i)
-        if not isinstance(n, Call) or wrapper_op(n) is not None or device not in index:
-            continue
-        if not (isinstance(n.op, Op) or (isinstance(n.op, Function) and n.op.is_primitive)):
-            continue
-        try:
-            out[i] = ns_to_ms(kernel_costs(n, sizes, setup)[index[device]])
-        except (ValueError, TypeError, KeyError, ZeroDivisionError) as err:
-            log.debug("no time for node %d: %s", i, err)
     return out
 
 

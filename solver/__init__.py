@@ -11,7 +11,7 @@ from .api import plan
 from .config import MODES, DeviceSpec, Mode, PlanConfig, check_config, complete_spec, resolve_device
 from .errors import ConflictConstraint, PlanConfigError, PlanningConflict, SolverTimeout
 from .explain.text import short_text
-from .optimize.cost_model import CostTable, cost_key, ns_to_ms
+from .optimize.cost_model import CostTable, copy_ns, cost_key, ns_to_ms
 from .optimize.problem import device_setup, kernel_costs
 from .optimize.report import CostReport, DeviceCost
 from .optimize.run import Evaluation, evaluate_planned
@@ -60,6 +60,7 @@ __all__ = [
     "answer_lines",
     "check_config",
     "complete_spec",
+    "copy_ns",
     "cost_key",
     "device_setup",
     "dtype_bytes",

@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from service import diff
 from service.planning import PlanJob, PlanOutcome, plan_report
 from service.record import copy_ends, placement_head
@@ -82,6 +84,38 @@ def picture_labels(dot: str) -> dict[int, str]:
     return out
 
 
+def ms_text(ms: float) -> str:
+    """A time as the picture writes it."""
+    return f"{ms:.3f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+_TIP = re.compile(r'tooltip="(?P<tip>(?:[^"\\]|\\.)*)"')
+
+
+def picture_tips(dot: str) -> dict[int, str]:
+    """node id -> the tooltip of each placement drawn on its own."""
+    out: dict[int, str] = {}
+    for line in dot.splitlines():
+        found = _NODE.match(line)
+        if found is None or not found["key"].startswith("n") or "collapsed" in found["classes"].split():
+            continue
+        tip = _TIP.search(line)
+        if tip is not None:
+            out[int(found["key"][1:])] = tip["tip"]
+    return out
+
+
+def picture_copy_tips(dot: str) -> dict[int, str]:
+    """copy index -> the tooltip of its edge."""
+    out: dict[int, str] = {}
+    for line in dot.splitlines():
+        found = _COPY_EDGE.match(line)
+        tip = _TIP.search(line) if found else None
+        if found and tip:
+            out[int(found["k"])] = tip["tip"]
+    return out
+
+
 def explained_copies(lines: list[str], word: str) -> list[str]:
     """The copy lines of `--explain` (`device_copy at 4:8: cpu -> cuda (...)`)."""
     return [line for line in lines if line.startswith(f"{word} at ")]
@@ -107,8 +141,19 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     expected = []
     for c in copies:
         where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
-        expected.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)})")
+        cost = bytes_text(c["bytes"]) + (f", {c['predicted_ms']:.3f} ms" if c["predicted_ms"] is not None else "")
+        expected.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {cost}")
     assert lines == expected
+    # Times: every operator priced; the report's per-device sums and --explain's line are the placements'.
+    operators = [p for p in report["placements"] if p["kind"] == "operator"]
+    assert all(p["predicted_ms"] is not None for p in operators), [p for p in operators if p["predicted_ms"] is None][:3]
+    assert all(p["predicted_ms"] is None for p in report["placements"] if p["kind"] != "operator")
+    for device, entry in report["prediction"]["per_device"].items():
+        mine = [p["predicted_ms"] for p in operators if p["device"] == device]
+        assert entry["operator_calls"] == len(mine) and entry["kernel_ms"] == pytest.approx(sum(mine), abs=1e-6)
+    (times,) = [line for line in outcome.explanation if line.startswith("placement times (cost model): ")]
+    total = sum(p["predicted_ms"] for p in operators) + sum(c["predicted_ms"] or 0 for c in copies)
+    assert times.endswith(f"; total {total:.3f} ms"), (times, total)
     # Every copy has a producer, and its location is the producer's (where the text has one).
     for c in copies:
         assert c["from"], c
@@ -125,8 +170,11 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     dot = outcome.picture["dot"]
     edges = picture_copies(dot)
     assert [k for _, _, k, _ in edges] == list(range(len(copies)))
+    tips = picture_copy_tips(dot)
     for a, b, k, label in edges:
         c = copies[k]
+        if c["predicted_ms"] is not None:
+            assert tips[k].endswith(f", {ms_text(c['predicted_ms'])}"), (tips[k], c)
         assert int(a[1:]) in c["from"], (a, c)
         assert (
             (b.startswith("n") and int(b[1:]) in c["to"])
@@ -144,6 +192,12 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     for node, label in labels.items():
         if node in by_node:
             assert label == placement_head(by_node[node]), (label, by_node[node])
+    # An operator's tooltip gives its time: the record's.
+    for node, tip in picture_tips(dot).items():
+        p = by_node.get(node)
+        if p is not None and p["kind"] == "operator":
+            own = tip.split("; folded: ")[0]
+            assert own.endswith(f" on {p['device']}, {ms_text(p['predicted_ms'])}"), (tip, p)
     # The diff: against itself nothing; against a plan without copies, exactly these copies added.
     same = diff.diff_reports(report, report)
     assert not same["changed"] and same["matched"] == len(report["placements"])
