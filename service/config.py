@@ -10,8 +10,11 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.sandbox import Limits
 from service.units import coerce_bytes
 
+# The run check's default limits (service/sandbox.py says how they were measured).
+_RUN_CHECK = Limits()
 # Byte sizes: an integer or `32MiB`, `8GiB`, ... (service.units), as in requests and flags.
 Bytes = Annotated[int, BeforeValidator(coerce_bytes)]
 
@@ -74,20 +77,21 @@ class Settings(BaseSettings):
         "unconfined in the compile process (benchmarks, debugging only). /readyz and the log say which.",
     )
     run_check_cpu_s: float = Field(
-        180.0, gt=0, description="CPU seconds one run check may use (RLIMIT_CPU; 422 run-check-failed)."
+        _RUN_CHECK.cpu_s, gt=0, description="CPU seconds one run check may use (RLIMIT_CPU; 422 run-check-failed)."
     )
     run_check_wall_s: float = Field(
-        240.0,
+        _RUN_CHECK.wall_s,
         gt=0,
-        description="Seconds one run check may last before its process group is killed (504 compile-timeout).",
+        description="Seconds one run check may last before its process group is killed (504 compile-timeout); "
+        "at most what is left of compile_timeout_s.",
     )
     run_check_memory_bytes: Bytes = Field(
-        4 * 1024 * 1024 * 1024,
+        _RUN_CHECK.memory_bytes,
         ge=64 * 1024 * 1024,
         description="Data segment of one run check (RLIMIT_DATA: private writable memory; 422 run-check-failed).",
     )
     run_check_file_bytes: Bytes = Field(
-        64 * 1024 * 1024,
+        _RUN_CHECK.file_bytes,
         ge=0,
         description="Largest file a run check may write (RLIMIT_FSIZE; it has no file to write).",
     )
