@@ -393,6 +393,27 @@ class DeviceCopyOut(BaseModel):
     dst: str = Field(..., description="Destination device.")
 
 
+class CopyConsumerOut(BaseModel):
+    """A placement a copy feeds (the report's `copies[].to`, named)."""
+
+    node: int = Field(..., description="Its node id (the report's `placements[].node`).")
+    name: str = Field(..., description="As the module's language writes it (`nn.dense`, `R.matmul`).")
+    binding: str | None = Field(None, description="Relax: the variable it is bound to (`lv41`).")
+    line: int | None = Field(None, description="Its line in the input (null for JSON input).")
+    column: int | None = None
+
+
+class PlannedCopyOut(DeviceCopyOut):
+    """A copy of the plan with the placements it feeds."""
+
+    to: list[CopyConsumerOut] = Field(
+        default_factory=list, description="The placements that read the copy, as the report's `copies[].to`."
+    )
+    into_result: str | None = Field(
+        None, description="The function whose result the copy feeds, when no placement reads it."
+    )
+
+
 class DivergenceOut(DeviceCopyOut):
     """A copy the plan has where TVM 0.19's own answer omits it (issue 18: nested
     annotations); it is also among `summary.device_copies`."""
@@ -413,7 +434,9 @@ class FunctionDevicesOut(BaseModel):
 
 
 class PlanSummary(BaseModel):
-    device_copies: list[DeviceCopyOut] = Field(..., description="Copies inserted by the planner.")
+    device_copies: list[PlannedCopyOut] = Field(
+        ..., description="Copies inserted by the planner, located at the value copied, with their consumers."
+    )
     expressions_by_device: dict[str, int] = Field(
         ..., description="How many expressions (every node, not only operator calls) landed on each device."
     )

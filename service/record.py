@@ -241,8 +241,26 @@ class PlacementRecord:
         return round(sum(c.predicted_ms or 0.0 for c in self.copies), 6)
 
     def copy_summary(self) -> list[dict[str, Any]]:
-        """`summary.device_copies` of the response: each copy's location and devices."""
-        return [{"line": c.line, "column": c.column, "src": c.src, "dst": c.dst} for c in self.copies]
+        """`summary.device_copies` of the response: each copy's location, devices
+        and consumers (the placements it feeds, as the report's `to` names them,
+        with their names and locations), or the function whose result it feeds."""
+        by_node = self.by_node()
+
+        def consumer(node: int) -> dict[str, Any]:
+            p = by_node[node]
+            return {"node": node, "name": p.name, "binding": p.binding, "line": p.line, "column": p.column}
+
+        return [
+            {
+                "line": c.line,
+                "column": c.column,
+                "src": c.src,
+                "dst": c.dst,
+                "to": [consumer(n) for n in c.to_nodes if n in by_node],
+                "into_result": c.into_result,
+            }
+            for c in self.copies
+        ]
 
 
 def copy_ends(c: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from service import picture
-from service.planning import PlanJob, run_plan
-from tests.record.views import RELAX
+from service.planning import PlanJob, plan_report, run_plan
+from tests.record.views import RELAX, panel_rows
 from tests.service.test_explore_browser import _click_node, _screenshot
 from tests.service.test_service_docs_browser import DevTools, browser  # noqa: F401 (the fixture)
 
@@ -67,14 +67,16 @@ def test_explore_plans_tv_resnet18_from_tvmscript(
     browser.wait_for("!document.getElementById('menu').hidden")
     browser.evaluate("document.querySelector('#menu button.pin[data-device=\"cpu\"]').click()")
     browser.wait_for("document.querySelectorAll('#picture svg g.edge.copy').length > 0", timeout_s=180)
-    pinned = run_plan(
+    # The panel names each copy's consumers as the report does (its `to`, named and located).
+    _, pinned = plan_report(
         PlanJob(
             module=text,
             virtual_devices=("cpu", "cuda"),
             constraints=({"select": {"node": conv["node"]}, "device": "cpu"},),
         )
     )
-    expected = [[f"{c['line']}:{c['column']}", f"{c['src']} \u2192 {c['dst']}"] for c in pinned.summary["device_copies"]]
+    expected = panel_rows(pinned)
+    assert all(" = R." in row[2] and ":" in row[2] for row in expected), expected
     rows = browser.evaluate(
         "Array.from(document.querySelectorAll('#copies tr')).slice(1)"
         ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent))"

@@ -70,6 +70,24 @@ def picture_devices(dot: str) -> dict[int, str]:
     return out
 
 
+def panel_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The rows /explore's copies panel should show for a plan, from its report:
+    where, devices, and the consumers the report's `to` names (or the result)."""
+    by_node = {p["node"]: p for p in report["placements"]}
+    rows = []
+    for c in report["copies"]:
+        ends = []
+        for n in c["to"]:
+            p = by_node[n]
+            where = f" {p['line']}:{p['column']}" if p["line"] is not None else f" #{n}"
+            ends.append(placement_head(p) + where)
+        if not ends and c["into_result"]:
+            ends.append(f"result of {c['into_result']}")
+        at = f"{c['line']}:{c['column']}" if c["line"] is not None else "?"
+        rows.append([at, f"{c['src']} \u2192 {c['dst']}", ", ".join(ends) or "?"])
+    return rows
+
+
 def picture_labels(dot: str) -> dict[int, str]:
     """node id -> the first line of the label of each placement drawn on its own."""
     out: dict[int, str] = {}
@@ -130,10 +148,17 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     # The planned module itself (Relay text): one device_copy per copy.
     if outcome.format == "text" and not any(p.get("binding") for p in report["placements"]):
         assert outcome.module.count("device_copy(") == len(copies)
-    # The response summary (what /explore's copies panel lists) and the report.
-    assert [(c["line"], c["column"], c["src"], c["dst"]) for c in outcome.summary["device_copies"]] == [
+    # The response summary (what /explore's copies panel lists) and the report: the same
+    # copies at the same places into the same consumers, named and located as the report's.
+    summary = outcome.summary["device_copies"]
+    assert [(c["line"], c["column"], c["src"], c["dst"]) for c in summary] == [
         (c["line"], c["column"], c["src"], c["dst"]) for c in copies
     ]
+    for mine, c in zip(summary, copies):
+        assert [t["node"] for t in mine["to"]] == c["to"] and mine["into_result"] == c["into_result"]
+        for t in mine["to"]:
+            p = by_node[t["node"]]
+            assert (t["name"], t["binding"], t["line"], t["column"]) == (p["name"], p["binding"], p["line"], p["column"])
     # --explain: one line per copy, at the same place, naming the same placements.
     word = "R.to_vdevice" if any(p.get("binding") for p in report["placements"]) else "device_copy"
     assert outcome.explanation is not None

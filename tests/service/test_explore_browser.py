@@ -16,6 +16,8 @@ import relay
 import solver
 from relay.ast import Call, Op
 from service import picture
+from service.planning import PlanJob, plan_report
+from tests.record.views import panel_rows
 from tests.service.test_service_docs_browser import DevTools, browser  # noqa: F401 (the fixture)
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
@@ -102,6 +104,14 @@ def test_explore_page_plans_pins_and_explains(
     assert browser.evaluate(f"document.querySelector('#{dense}').classList.contains('pinned')")
     copies = browser.evaluate("document.getElementById('copies').textContent")
     assert "cpu" in copies and "cuda" in copies
+    # Each copy's row: where, devices and its consumers, as the report names them (issue 29).
+    pin = ({"select": {"node": int(dense[1:])}, "device": "cpu"},)
+    _, report = plan_report(PlanJob(module=mlp, virtual_devices=("cpu", "cuda"), constraints=pin))
+    rows = browser.evaluate(
+        "Array.from(document.querySelectorAll('#copies tr')).slice(1)"
+        ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent))"
+    )
+    assert rows == panel_rows(report) and rows
     _screenshot(browser, out / "3-pinned.png")
 
     # Ask why the dense is on the cpu.

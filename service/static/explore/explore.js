@@ -194,6 +194,14 @@ function table(rows, head) {
   return t;
 }
 
+// A copy's consumers as the placement record names them: `lv3 = R.add 10:17`, `nn.relu 5:3`.
+function consumers(c) {
+  const ends = (c.to || []).map((p) => (p.binding && p.binding !== p.name ? p.binding + " = " + p.name : p.name)
+    + (p.line != null ? " " + p.line + ":" + p.column : " #" + p.node));
+  if (!ends.length && c.into_result) ends.push("result of " + c.into_result);
+  return ends.join(", ") || "?";
+}
+
 function showSummary(result) {
   const s = result.summary;
   const sum = $("summary");
@@ -210,7 +218,7 @@ function showSummary(result) {
   copies.innerHTML = "";
   if (!s.device_copies.length) copies.append("none");
   else copies.append(table(s.device_copies.map((c) =>
-    [c.line != null ? c.line + ":" + c.column : "?", c.src + " \u2192 " + c.dst]), ["at", "copy"]));
+    [c.line != null ? c.line + ":" + c.column : "?", c.src + " \u2192 " + c.dst, consumers(c)]), ["at", "copy", "into"]));
   const costPanel = $("cost-panel");
   costPanel.hidden = !result.cost;
   if (result.cost) {
