@@ -88,17 +88,24 @@ def panel_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _drawn_placements(dot: str) -> list[tuple[int, str]]:
+    """(node id, DOT line) of each placement drawn on its own (not in a collapsed run)."""
+    out = []
+    for line in dot.splitlines():
+        found = _NODE.match(line)
+        if found is not None and found["key"].startswith("n") and "collapsed" not in found["classes"].split():
+            out.append((int(found["key"][1:]), line))
+    return out
+
+
 def picture_labels(dot: str) -> dict[int, str]:
     """node id -> the first line of the label of each placement drawn on its own."""
     out: dict[int, str] = {}
-    for line in dot.splitlines():
-        found = _NODE.match(line)
-        if found is None or not found["key"].startswith("n") or "collapsed" in found["classes"].split():
-            continue
+    for node, line in _drawn_placements(dot):
         label = _LABEL.search(line)
         assert label is not None, line
         first = label["label"].split("\\n", 1)[0]
-        out[int(found["key"][1:])] = first.replace('\\"', '"').replace("\\\\", "\\")
+        out[node] = first.replace('\\"', '"').replace("\\\\", "\\")
     return out
 
 
@@ -112,15 +119,7 @@ _TIP = re.compile(r'tooltip="(?P<tip>(?:[^"\\]|\\.)*)"')
 
 def picture_tips(dot: str) -> dict[int, str]:
     """node id -> the tooltip of each placement drawn on its own."""
-    out: dict[int, str] = {}
-    for line in dot.splitlines():
-        found = _NODE.match(line)
-        if found is None or not found["key"].startswith("n") or "collapsed" in found["classes"].split():
-            continue
-        tip = _TIP.search(line)
-        if tip is not None:
-            out[int(found["key"][1:])] = tip["tip"]
-    return out
+    return {node: tip["tip"] for node, line in _drawn_placements(dot) if (tip := _TIP.search(line))}
 
 
 def picture_copy_tips(dot: str) -> dict[int, str]:
