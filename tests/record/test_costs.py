@@ -18,7 +18,7 @@ from service.planning import PlanJob, RelaySource, plan_record, plan_report
 from tests.record.views import CORPUS, ms_text
 
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found (../shared/corpus)")
-MODES = ("tvm", "optimize")
+MODES: tuple[solver.Mode, ...] = ("tvm", "optimize")
 _COLLAPSED = re.compile(
     r'\[id="g\d+", class="[^"]*collapsed count-(?P<count>\d+)[^"]*", label="(?P<label>(?:[^"\\]|\\.)*)"'
     r'.*tooltip="click to expand: (?P<ids>[\d ]+)'
@@ -55,7 +55,7 @@ def test_the_record_adds_up_to_the_prediction(name: str, mode: str) -> None:
 
 @needs_corpus
 @pytest.mark.parametrize("mode", MODES)
-def test_the_collapsed_chains_time_is_the_sum_of_the_records_entries(mode: str) -> None:
+def test_the_collapsed_chains_time_is_the_sum_of_the_records_entries(mode: solver.Mode) -> None:
     """resnet50 collapses (over 60 operators): each run's time is its operators' in the record."""
     module = relay.parse_text((CORPUS / "resnet50.relay").read_text())
     config = solver.PlanConfig(mode=mode, constraints=_pins("resnet50.relay"))
@@ -90,7 +90,7 @@ def test_the_picture_prices_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_corpus
 @pytest.mark.parametrize("mode", MODES)
-def test_the_reports_numbers_are_the_records(mode: str) -> None:
+def test_the_reports_numbers_are_the_records(mode: solver.Mode) -> None:
     """The report, --explain and the record built on its own give each placement and copy the same time."""
     name = "lstm.relay"
     text = (CORPUS / name).read_text()

@@ -22,7 +22,7 @@ EXP_ON_CUDA = ({"select": {"op": "R.exp", "index": 0}, "device": "cuda"},)
 MATMUL_ON_CUDA = ({"select": {"op": "R.matmul", "index": 0}, "device": "cuda"},)
 
 
-def _names(outcome: Any) -> dict[str, Any]:
+def _names(outcome: Any) -> dict[str, Any]:  # a PlanOutcome made with include: ["placements"]
     """Every device name a plan's views show."""
     return {
         "placements": sorted((p["binding"], p["device"]) for p in outcome.placements),
@@ -32,7 +32,7 @@ def _names(outcome: Any) -> dict[str, Any]:
     }
 
 
-CASES = {
+CASES: dict[str, tuple[str, tuple[dict[str, Any], ...], dict[str, Any]]] = {
     "request devices": (NO_VDEVICES, EXP_ON_CUDA, {"virtual_devices": ("cpu", "cuda"), "default_device": "cuda"}),
     "module vdevices": (RELAX_HINTS, (RELAX_PIN,), {}),
     "own arch": (SM_90, MATMUL_ON_CUDA, {}),
@@ -46,6 +46,7 @@ def test_replanning_keeps_device_names(case: str, mode: str) -> None:
     first = run_plan(PlanJob(module=text, mode=mode, constraints=pins, include=("placements",), **extra))
     again = run_plan(PlanJob(module=first.module, mode=mode, include=("placements",)))
     assert _names(again) == _names(first)
+    assert first.placements is not None
     devices = {p["device"] for p in first.placements}
     if case == "own arch":  # the module's own attribute stays in the name
         assert any(d.startswith("cuda (target cuda ") and "-arch=sm_90" in d for d in devices), devices
