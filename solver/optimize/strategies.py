@@ -1,5 +1,6 @@
 """Solving an optimize problem: the exact two-device minimum cut, the budget
-heuristic with its Lagrangian bound, and for everything else `_search`
+heuristic with its Lagrangian bound, the offload program for two devices
+with a budget on one (`search_dp`), and for everything else `_search`
 (obvious plans, alpha-expansion, HiGHS on a coarsened and on the full MILP,
 windows re-solved by HiGHS, a polish), with Z3 `Optimize` only when none of
 them finds a plan in time.
@@ -18,6 +19,7 @@ from ..errors import SolverTimeout
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
 from .search import Candidate, coarsen, expand, local_moves, obvious_plans
+from .search_dp import offload_search
 from .search_lns import improve
 from .search_milp import milp_solve
 from .z3_encoding import Encoding
@@ -146,10 +148,32 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
         if not budget_violations(problem, assign):
             # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
             return Solution(assign, value, value, "min-cut")
-        start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
-        if start is not None and start.lower >= start.objective:
-            return start
+        phase = Deadline(max(1, int(deadline.remaining_ms() * OFFLOAD_SHARE)))
+        offload = offload_search(problem, weights, None, 0, OFFLOAD_GOAL_PPM, phase)
+        if offload is None:  # not an offload problem: the priced cuts
+            start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
+            if start is not None and start.lower >= start.objective:
+                return start
+        else:
+            known = offload.bound_ns * weights.per_ns
+            if offload.assign is not None:
+                # The program prices run time only: single-class moves settle the
+                # copies and preferred devices it left open.
+                assign = local_moves(problem, weights, offload.assign, Deadline(max(1, deadline.remaining_ms() // 10)))
+                value = evaluate(problem, weights, assign)[0]
+                start = Solution(assign, value, min(known, value), f"offload DP ({offload.passes} passes)")
+                if value * 1_000_000 <= known * (1_000_000 + OFFLOAD_GOAL_PPM):
+                    return start
+            return _search(problem, weights, deadline, start, known)
     return _search(problem, weights, deadline, start)
+
+
+# Two devices and a budget on one (a model bigger than its GPU): the offload
+# program (`search_dp`) gets this share of the time left instead of the
+# priced cuts; a plan it brings within OFFLOAD_GOAL_PPM of its bound is the
+# answer, else its bound (and plan) go to `_search`.
+OFFLOAD_SHARE = 0.5
+OFFLOAD_GOAL_PPM = 8000
 
 
 # Shares of the time left: the obvious plans and the expansion (percent), the
@@ -211,7 +235,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
 
 
 def _search(
-    problem: Problem, weights: Weights, deadline: Deadline, start: Solution | None
+    problem: Problem, weights: Weights, deadline: Deadline, start: Solution | None, known: int = 0
 ) -> Solution | None:
     """Three or more devices, or budgets the cuts did not prove: the obvious
     plans (`search.obvious_plans`), alpha-expansion from the best of them,
@@ -227,8 +251,9 @@ def _search(
     The bound is the best of: the priced cuts' Lagrangian bound (two
     devices), every class at its cheapest device without copies, HiGHS's dual
     bound on the run time (all lower bounds on the objective, whose run-time
-    part is ns * per_ns and whose tie-break part is >= 0)."""
-    lower = _relaxation_bound(problem, weights)
+    part is ns * per_ns and whose tie-break part is >= 0), and `known`, a
+    bound the caller proved (the offload program's)."""
+    lower = max(_relaxation_bound(problem, weights), known)
     if start is not None:
         lower = max(lower, min(start.lower, start.objective))
     # On 10k classes each minimum cut takes a good fraction of a second.

@@ -1,0 +1,681 @@
+"""Offload problems (issue 30): two devices, a memory budget on one of them,
+solved by dynamic programming over a path decomposition of the class graph.
+
+A model bigger than its GPU leaves a knapsack: which weight-reading kernels
+keep their weights on the GPU. Its LP relaxation (and the Lagrangian bound
+of the priced cuts, which equals it) fills the budget to the byte, while a
+plan can only move whole kernels, and the kernels of a decoder are nearly
+tied in time per byte. On Llama-shaped decoders with most of the model on
+the GPU that integrality gap is 2 to 3% of the run time, and HiGHS's branch
+and bound needs tens of seconds to close it (the eight near-identical
+layers make it search many equivalent plans). A dynamic program sees
+equivalent plans as one point.
+
+The program walks the classes in a path order (each producer right before
+its first consumer, `path_order`); the *frontier* at a step is the set of
+classes already placed that still have an edge to a class not yet placed,
+and its devices are the DP state. Each state keeps the Pareto set of
+(run time, bytes on the budgeted device) of the partial plans reaching it.
+Points are dropped when dominated, when the bytes cannot fit whatever the
+rest does, and when a Lagrangian lower bound on the rest (exact backward
+DPs over the same states, one per price per byte) shows the plan cannot
+beat the target. The largest intermediate (a maximum, not a sum) is taken
+out by cases: for each size M of it, classes with a larger one stay off the
+budgeted device and the budget shrinks by M.
+
+Two passes:
+
+- The bound, on a relaxation: kernels whose two devices differ by at most
+  `LIGHT_SHARE` of the plan's run time cost their cheaper device's time on
+  both, and copies cost no time (their bytes still count). Every plan costs
+  at least its relaxed cost, so the relaxation's optimum is a lower bound on
+  the optimum; with only the heavy kernels' times left, plans that differ in
+  light placements only collapse into few Pareto points. The relaxed
+  optimum is found by iterative deepening: the pass runs with an upper
+  target, and a pass that completes without a plan below the target proves
+  the target itself a bound.
+- The plan: the heavy kernels where the relaxed optimum puts them, every
+  other class re-placed by the exact program (run times and copies as
+  priced), which is then optimal for that choice of heavy kernels.
+
+Both passes stop at `POINT_CAP` points or the deadline, leaving the bound
+they proved so far; `offload_search` returns None where it does not apply
+(other device sets, several budgets, a frontier wider than `MAX_FRONTIER`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..deadline import Deadline
+from .problem import Problem, Weights, budget_violations, evaluate
+
+log = logging.getLogger(__name__)
+
+# At most 2**MAX_FRONTIER states per step.
+MAX_FRONTIER = 14
+# Pareto points one pass may keep over all its steps, and at one step.
+POINT_CAP = 5_000_000
+STEP_CAP = 400_000
+# A class is light when its two kernel times differ by at most this share of
+# the incumbent's run time (its choice of device moves the total by less).
+LIGHT_SHARE = 1e-3
+# Prices per byte for the pruning bounds, as multiples of the best price.
+PRICE_GRID = (0.0, 0.5, 0.9, 1.0, 1.1, 2.0)
+# Big classes (their weights take this share of the budget), at most
+# MAX_BIG, are fixed to each device in turn: one case per choice.
+BIG_SHARE = 0.1
+MAX_BIG = 3
+# The first target is this share above the bound (the window doubles after a
+# pass that completes, halves after one that stops); the search stops when
+# the interval left is NARROWEST of the bound.
+FIRST_WINDOW = 0.001
+NARROWEST = 0.0005
+# The search gives up after this many passes in a row that stop.
+MAX_STOPS = 2
+# The exact completion's targets above the relaxed optimum, tried in turn,
+# and its dominance step (share of the run time; `_forward`'s coarse_ns).
+POLISH_WINDOWS = (0.005, 0.02, 0.08)
+POLISH_COARSE = 2e-5
+# The Pareto keys: run times below 2**41 ns (36 minutes), bytes below 2**40
+# (1 TiB); a problem past either is not taken (`_fits_keys`).
+_COST_BITS = 41
+_BYTE_BITS = 40
+
+
+@dataclass(frozen=True)
+class OffloadResult:
+    """What the program proved and found: a lower bound on the run time (ns,
+    the problem's constants included), and the best plan within the budget
+    it found (None when none beat the incumbent)."""
+
+    bound_ns: int
+    assign: list[int] | None
+    passes: int
+
+
+# ---------------------------------------------------------------------------
+# The path order and its frontiers
+
+
+def path_order(problem: Problem) -> list[int]:
+    """Depth-first post-order from the classes nothing consumes, over their
+    producers: every producer right before its first consumer, so a weight
+    sits next to its kernel and a layer's classes stay together
+    (iterative)."""
+    n = len(problem.allowed)
+    producers: list[list[int]] = [[] for _ in range(n)]
+    consumed = [False] * n
+    for u, v, _b, _uses in problem.edges:
+        producers[u].append(v)
+        consumed[v] = True
+    seen = [False] * n
+    order: list[int] = []
+    for root in [*(c for c in range(n) if not consumed[c]), *range(n)]:
+        if seen[root]:
+            continue
+        seen[root] = True
+        stack = [(root, iter(producers[root]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            elif not seen[nxt]:
+                seen[nxt] = True
+                stack.append((nxt, iter(producers[nxt])))
+    return order
+
+
+@dataclass
+class _Steps:
+    """Per step k (placing class order[k]): its frontier (the classes placed
+    before it that still have an edge to it or later), run time and bytes of
+    placing it on the budgeted device `g` or the other device `c` in each
+    frontier state (a bit per frontier class, 1 = on `g`), and the state after."""
+
+    order: list[int]
+    fronts: list[list[int]]
+    ns_g: list[np.ndarray]
+    ns_c: list[np.ndarray]
+    bytes_g: list[np.ndarray]
+    bytes_c: list[np.ndarray]
+    next_g: list[np.ndarray]
+    next_c: list[np.ndarray]
+
+
+def _frontiers(problem: Problem, order: Sequence[int]) -> tuple[list[list[int]], list[int]] | None:
+    """The frontier before each step and each class's last step, or None when
+    one is wider than MAX_FRONTIER."""
+    n = len(problem.allowed)
+    pos = [0] * n
+    for i, c in enumerate(order):
+        pos[c] = i
+    last = list(pos)
+    for u, v, _b, _uses in problem.edges:
+        last[u] = max(last[u], pos[v])
+        last[v] = max(last[v], pos[u])
+    fronts: list[list[int]] = []
+    frontier: list[int] = []
+    for k, c in enumerate(order):
+        if len(frontier) > MAX_FRONTIER:
+            return None
+        fronts.append(frontier)
+        frontier = [x for x in [*frontier, c] if last[x] > k]
+    return fronts, last
+
+
+def _build(problem: Problem, order: list[int], fronts: list[list[int]], g: int, c: int, light_ns: int | None) -> _Steps:
+    """The step arrays. `light_ns`: None for the exact costs; else the
+    relaxation (light classes at their cheaper time, copies free)."""
+    n = len(problem.allowed)
+    pos = {x: i for i, x in enumerate(order)}
+    at: list[list[int]] = [[] for _ in range(n)]  # edges priced when their later end is placed
+    for e, (u, v, _b, _uses) in enumerate(problem.edges):
+        at[u if pos[u] > pos[v] else v].append(e)
+    steps = _Steps(order, fronts, [], [], [], [], [], [])
+    for k, x in enumerate(order):
+        front = fronts[k]
+        where = {y: i for i, y in enumerate(front)}
+        states = np.arange(1 << len(front), dtype=np.int64)
+        tg, tc = problem.unary[x].get(g, 0), problem.unary[x].get(c, 0)
+        if light_ns is not None and abs(tg - tc) <= light_ns:
+            tg = tc = min(tg, tc)
+        ns_g = np.full(len(states), float(tg))
+        ns_c = np.full(len(states), float(tc))
+        bytes_g = np.full(len(states), float(problem.weight_bytes[x]))
+        bytes_c = np.zeros(len(states))
+        for e in at[x]:
+            u, v, b, uses = problem.edges[e]
+            other = v if u == x else u
+            if other == x:
+                continue
+            on_g = ((states >> where[other]) & 1).astype(bool)
+            if u == x:  # x reads `other`: into g when x is on g and other is not
+                bytes_g += np.where(on_g, 0.0, float(b * uses))
+                if light_ns is None:
+                    ns_g += np.where(on_g, 0.0, float(problem.edge_ns(b, c, g, uses)))
+                    ns_c += np.where(on_g, float(problem.edge_ns(b, g, c, uses)), 0.0)
+            else:  # `other` reads x
+                bytes_c += np.where(on_g, float(b * uses), 0.0)
+                if light_ns is None:
+                    ns_g += np.where(on_g, 0.0, float(problem.edge_ns(b, g, c, uses)))
+                    ns_c += np.where(on_g, float(problem.edge_ns(b, c, g, uses)), 0.0)
+        after = fronts[k + 1] if k + 1 < len(order) else []
+        full = {y: i for i, y in enumerate([*front, x])}
+        for bit, target in ((1, steps.next_g), (0, steps.next_c)):
+            extended = states | (bit << len(front))
+            nxt = np.zeros(len(states), dtype=np.int64)
+            for j, y in enumerate(after):
+                nxt |= ((extended >> full[y]) & 1) << j
+            target.append(nxt)
+        steps.ns_g.append(ns_g)
+        steps.ns_c.append(ns_c)
+        steps.bytes_g.append(bytes_g)
+        steps.bytes_c.append(bytes_c)
+    return steps
+
+
+# ---------------------------------------------------------------------------
+# Backward (Lagrangian) and forward (Pareto) passes
+
+
+Allow = list[tuple[bool, bool]]
+
+
+def _backward(steps: _Steps, allow: Allow, price: float, with_time: bool = True) -> list[np.ndarray]:
+    """For each step and state: the least run time + price * bytes of placing
+    the rest. `with_time=False`: bytes only (the fewest the rest can take)."""
+    n = len(steps.order)
+    values: list[np.ndarray] = [np.zeros(0)] * (n + 1)
+    values[n] = np.zeros(1)
+    inf = np.inf
+    for k in range(n - 1, -1, -1):
+        ok_g, ok_c = allow[k]
+        later = values[k + 1]
+        if ok_g:
+            on_g = price * steps.bytes_g[k] + later[steps.next_g[k]]
+            if with_time:
+                on_g += steps.ns_g[k]
+        if ok_c:
+            on_c = price * steps.bytes_c[k] + later[steps.next_c[k]]
+            if with_time:
+                on_c += steps.ns_c[k]
+        if ok_g and ok_c:
+            values[k] = np.minimum(on_g, on_c)
+        elif ok_g:
+            values[k] = on_g
+        elif ok_c:
+            values[k] = on_c
+        else:
+            values[k] = np.full(len(steps.ns_g[k]), inf)
+    return values
+
+
+def _priced(steps: _Steps, allow: Allow, price: float) -> tuple[float, float]:
+    """(run time, bytes) of the plan of least run time + price * bytes."""
+    values = _backward(steps, allow, price)
+    state = 0
+    ns = nbytes = 0.0
+    for k in range(len(steps.order)):
+        ok_g, ok_c = allow[k]
+        on_g = steps.ns_g[k][state] + price * steps.bytes_g[k][state] + values[k + 1][steps.next_g[k][state]]
+        on_c = steps.ns_c[k][state] + price * steps.bytes_c[k][state] + values[k + 1][steps.next_c[k][state]]
+        if ok_g and (not ok_c or on_g <= on_c):
+            ns += steps.ns_g[k][state]
+            nbytes += steps.bytes_g[k][state]
+            state = int(steps.next_g[k][state])
+        else:
+            ns += steps.ns_c[k][state]
+            nbytes += steps.bytes_c[k][state]
+            state = int(steps.next_c[k][state])
+    return float(ns), float(nbytes)
+
+
+def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, float]:
+    """The Lagrangian bound max over prices p of min(run time + p * (bytes -
+    budget)), and its price: the dual is concave and piecewise linear, so the
+    price where the lines of two plans (one over the budget, one within)
+    cross is tried next (Kelley's cutting planes in one dimension)."""
+    ns, nbytes = _priced(steps, allow, 0.0)
+    if nbytes <= budget:
+        return ns, 0.0
+    best_value, best_price = ns, 0.0  # the price-0 bound: the unconstrained optimum
+    over = (ns, nbytes)  # a plan over the budget
+    under: tuple[float, float] | None = None
+    price = 1.0
+    for _ in range(40):  # find a price whose plan fits
+        ns, nbytes = _priced(steps, allow, price)
+        value = ns + price * (nbytes - budget)
+        if value > best_value:
+            best_value, best_price = value, price
+        if nbytes <= budget:
+            under = (ns, nbytes)
+            break
+        over = (ns, nbytes)
+        price *= 8
+    if under is None:
+        return best_value, best_price
+    for _ in range(12):
+        if over[1] <= under[1]:
+            break
+        price = (under[0] - over[0]) / (over[1] - under[1])
+        ns, nbytes = _priced(steps, allow, price)
+        value = ns + price * (nbytes - budget)
+        if value > best_value:
+            best_value, best_price = value, price
+        line = over[0] + price * (over[1] - budget)
+        if value >= line - 1e-6 * abs(line):
+            break  # the crossing is on the dual: the maximum
+        if nbytes > budget:
+            over = (ns, nbytes)
+        else:
+            under = (ns, nbytes)
+    return best_value, best_price
+
+
+@dataclass
+class _Pass:
+    """One forward pass's outcome: "found" (the least relaxed or exact run
+    time at most the target, and its plan), "none" (nothing at most the
+    target: the target is a bound) or "stopped" (point cap or deadline)."""
+
+    status: str
+    ns: float = math.inf
+    bits: list[int] | None = None
+    points: int = 0
+
+
+def _forward(
+    steps: _Steps,
+    allow: Allow,
+    budget: float,
+    target: float,
+    prices: Sequence[float],
+    suffix: Sequence[list[np.ndarray]],
+    fewest: list[np.ndarray],
+    deadline: Deadline,
+    coarse_ns: float = 1.0,
+) -> _Pass:
+    """The Pareto program (vectorised per step): the least run time of a plan
+    whose bytes fit `budget`, if it is at most `target`. With `coarse_ns` >
+    1, a heuristic: a point must be faster by that much than every point of
+    its state with fewer bytes (plans differing in light placements only
+    collapse), so it finds a good plan without proving it best."""
+    n = len(steps.order)
+    state = np.zeros(1, dtype=np.int64)
+    nbytes = np.zeros(1)
+    ns = np.zeros(1)
+    history: list[tuple[np.ndarray, np.ndarray]] = []
+    total = 0
+    slack = target * (1 + 1e-12) + 1.0
+    for k in range(n):
+        if k % 64 == 0 and deadline.remaining_ms() <= 1:
+            return _Pass("stopped", points=total)
+        parts = []
+        ok_g, ok_c = allow[k]
+        for ok, bit, step_ns, step_bytes, nxt in (
+            (ok_g, 1, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
+            (ok_c, 0, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
+        ):
+            if ok:
+                parts.append((nxt[state], nbytes + step_bytes[state], ns + step_ns[state], bit))
+        if not parts:
+            return _Pass("none", points=total)
+        t = np.concatenate([p[0] for p in parts])
+        b = np.concatenate([p[1] for p in parts])
+        cost = np.concatenate([p[2] for p in parts])
+        parent = np.concatenate([np.arange(len(state), dtype=np.int32) for _ in parts])
+        bits = np.concatenate([np.full(len(state), p[3], dtype=np.int8) for p in parts])
+        keep = b + fewest[k + 1][t] <= budget
+        for price, values in zip(prices, suffix):
+            keep &= cost + price * (b - budget) + values[k + 1][t] <= slack
+        if not keep.any():
+            return _Pass("none", points=total)
+        t, b, cost, parent, bits = t[keep], b[keep], cost[keep], parent[keep], bits[keep]
+        # Pareto per state: by state, then bytes; keep a point when it is
+        # faster than every point of its state before it (points of equal
+        # bytes may both stay: redundant, never wrong).
+        o = np.argsort((t << _BYTE_BITS) | b.astype(np.int64), kind="stable")
+        t, b, cost, parent, bits = t[o], b[o], cost[o], parent[o], bits[o]
+        first = np.ones(len(t), dtype=bool)
+        first[1:] = t[1:] != t[:-1]
+        segment = np.cumsum(first) - 1
+        key = (segment[-1] - segment) * (1 << _COST_BITS) + (cost // coarse_ns).astype(np.int64)
+        running = np.minimum.accumulate(key)
+        front = first.copy()
+        front[1:] |= key[1:] < running[:-1]
+        t, b, cost, parent, bits = t[front], b[front], cost[front], parent[front], bits[front]
+        history.append((parent, bits))
+        state, nbytes, ns = t, b, cost
+        total += len(t)
+        if total > POINT_CAP or len(t) > STEP_CAP:
+            return _Pass("stopped", points=total)
+    i = int(np.argmin(ns))
+    found = float(ns[i])
+    out: list[int] = []
+    for parent, bits in reversed(history):
+        out.append(int(bits[i]))
+        i = int(parent[i])
+    out.reverse()
+    return _Pass("found", found, out, total)
+
+
+# ---------------------------------------------------------------------------
+# The search
+
+
+def _pair(problem: Problem) -> tuple[int, int] | None:
+    """(budgeted device, other device) when the problem has exactly two
+    devices and a budget on one of them only."""
+    used = sorted({d for ok in problem.allowed for d in ok})
+    budgeted = [d for d in used if d in problem.budgets]
+    if len(used) != 2 or len(budgeted) != 1:
+        return None
+    g = budgeted[0]
+    return g, next(d for d in used if d != g)
+
+
+@dataclass
+class _Case:
+    """One case of the program (`_cases`): which classes may take which
+    device, and the budget left."""
+
+    size: int
+    allow: Allow
+    budget: float
+    lower: float  # proven lower bound on the relaxed run time of this case (ns, without constants)
+    name: str = ""
+    done: bool = False  # lower is this case's relaxed optimum
+    price: float | None = None  # its best price per byte, once found
+    prices: tuple[float, ...] = ()
+    suffix: tuple[list[np.ndarray], ...] = ()
+    fewest: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+
+def offload_search(
+    problem: Problem,
+    weights: Weights,
+    incumbent: Sequence[int] | None,
+    bound_ns: int,
+    goal_ppm: int,
+    deadline: Deadline,
+) -> OffloadResult | None:
+    """Raise the bound on the run time and find a better plan (module
+    docstring) until the plan is within `goal_ppm` of the bound, the
+    interval left is too narrow, a pass stops or the deadline passes.
+
+    `bound_ns` is the bound already known (the problem's constants
+    included). Each pass runs at a target above the bound, at most halfway
+    to the incumbent or to the least target that made too many points: a
+    pass that finds nothing raises the bound to its target, one that stops
+    lowers the top, one that finds a case's relaxed optimum settles that
+    case and gives a plan (targets close to the bound are cheap; the window
+    above it doubles or halves with each pass). None when the problem is not an
+    offload problem the program can take."""
+    pair = _pair(problem)
+    if pair is None:
+        return None
+    g, c = pair
+    order = path_order(problem)
+    shape = _frontiers(problem, order)
+    if shape is None:
+        log.debug("offload DP: frontier wider than %d", MAX_FRONTIER)
+        return None
+    fronts, _ = shape
+    if not _fits_keys(problem, g, c):
+        return None
+    fixed = problem.fixed_ns
+    best_assign = list(incumbent) if incumbent is not None else None
+    best_ns = evaluate(problem, weights, best_assign)[1] - fixed if best_assign is not None else math.inf
+    scale = best_ns if math.isfinite(best_ns) else sum(min(problem.unary[x].values()) for x in order)
+    light = int(LIGHT_SHARE * scale)
+    cases = _cases(problem, order, g, c, float(bound_ns - fixed))
+    if not cases:
+        return None
+    relaxed = _build(problem, order, fronts, g, c, light)
+    exact: _Steps | None = None
+    passes = 0
+
+    def bound() -> float:
+        return min(case.lower for case in cases)
+
+    def goal() -> float:
+        return best_ns / (1 + goal_ppm / 1e6)
+
+    top = math.inf  # targets at or above this made too many points
+    window = FIRST_WINDOW
+    stops = 0
+    completed: list[tuple[float, int]] = []  # (target, points) of the passes that found nothing
+    while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
+        low = bound()
+        if low >= goal() or not math.isfinite(low):
+            break
+        high = min(top, best_ns)
+        if high - low <= NARROWEST * max(low, 1.0):
+            break
+        target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed))
+        ran = stopped = pending = False
+        for case in sorted(cases, key=lambda k: k.lower):
+            if case.done or case.lower >= target:
+                continue
+            pending = True
+            if not case.suffix and not _prepare(relaxed, case, target):
+                continue  # its own bounds put it at or above the target
+            outcome = _forward(relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline)
+            passes += 1
+            ran = True
+            log.debug("offload DP: %s target %.0f: %s (%d points)", case.name, target, outcome.status, outcome.points)
+            if outcome.status == "stopped":
+                stopped = True
+                break
+            if outcome.status == "none":
+                case.lower = max(case.lower, target)
+                completed.append((target, outcome.points))
+                continue
+            case.lower, case.done = outcome.ns, True
+            assert outcome.bits is not None
+            if exact is None:
+                exact = _build(problem, order, fronts, g, c, None)
+            heavy = [(order[k], g if bit else c) for k, bit in enumerate(outcome.bits)]
+            plan = _polish(problem, exact, case, heavy, light, best_ns, g, c, deadline)
+            passes += 1
+            if plan is not None and not budget_violations(problem, plan):
+                ns_plan = evaluate(problem, weights, plan)[1] - fixed
+                if ns_plan < best_ns:
+                    best_assign, best_ns = plan, ns_plan
+        if stopped:
+            top, window, stops = target, window / 2, stops + 1
+        elif ran:
+            window, stops = window * 2, 0
+        elif not pending:
+            break  # every case below the target is settled: nothing left to prove
+    found = best_assign if best_assign is not None and best_assign != incumbent else None
+    lower = bound()
+    bound_out = math.ceil(lower - 1e-6) + fixed if math.isfinite(lower) else bound_ns
+    return OffloadResult(max(bound_out, bound_ns), found, passes)
+
+
+def _affordable(completed: Sequence[tuple[float, int]]) -> float:
+    """The target a pass can afford: points grow about exponentially with
+    the target, so the last two passes that completed (target, points) give
+    the target at which a pass would reach most of POINT_CAP (inf before two
+    passes, or when the points did not grow)."""
+    if len(completed) < 2:
+        return math.inf
+    (t0, p0), (t1, p1) = completed[-2], completed[-1]
+    if t1 <= t0 or p1 <= p0 or p0 <= 0:
+        return math.inf
+    rate = math.log(p1 / p0) / (t1 - t0)
+    return t1 + math.log(0.8 * POINT_CAP / p1) / rate
+
+
+def _fits_keys(problem: Problem, g: int, c: int) -> bool:
+    """Whether every run time and byte count of a plan fits the Pareto keys."""
+    worst = sum(max(problem.unary[x].get(g, 0), problem.unary[x].get(c, 0)) for x in range(len(problem.allowed)))
+    worst += sum(max(problem.edge_ns(b, g, c, uses), problem.edge_ns(b, c, g, uses)) for _u, _v, b, uses in problem.edges)
+    return worst < 1 << _COST_BITS and problem.budgets[g] < 1 << _BYTE_BITS
+
+
+def _cases(problem: Problem, order: Sequence[int], g: int, c: int, known: float) -> list[_Case]:
+    """The cases: each size M of the largest intermediate on `g` (classes
+    with a larger one off `g`, the budget less M), times the devices of the
+    few big classes (those whose own and only-theirs weights take
+    `BIG_SHARE` of the budget: a Lagrangian bound is weakest on them). A
+    case starts with the bound of every class at its cheapest allowed
+    device (no pass needed) or `known`, whichever is more."""
+    n = len(problem.allowed)
+    room = problem.budgets[g] - problem.fixed_copy_bytes.get(g, 0)
+    readers: dict[int, set[int]] = {}
+    produced = [False] * n
+    for u, v, _b, _uses in problem.edges:
+        readers.setdefault(v, set()).add(u)
+        produced[u] = True
+    owned = list(problem.weight_bytes)
+    for v, users in readers.items():
+        if not produced[v] and len(users) == 1:
+            (u,) = users
+            owned[u] += problem.weight_bytes[v]
+    big = sorted((x for x in range(n) if len(problem.allowed[x]) == 2 and owned[x] >= BIG_SHARE * room),
+                 key=lambda x: -owned[x])[:MAX_BIG]
+    own_weights = {x: [v for v, users in readers.items() if not produced[v] and users == {x}] for x in big}
+    pos = {x: k for k, x in enumerate(order)}
+    sizes = sorted({problem.largest[x] for x in range(n) if g in problem.allowed[x]} | {0})
+    unary_g = np.array([problem.unary[x].get(g, 0) for x in order], dtype=float)
+    unary_c = np.array([problem.unary[x].get(c, 0) for x in order], dtype=float)
+    out: list[_Case] = []
+    for size in reversed(sizes):
+        if size > room:
+            continue
+        base = [(g in problem.allowed[x] and problem.largest[x] <= size, c in problem.allowed[x]) for x in order]
+        for devices in itertools.product((g, c), repeat=len(big)):
+            allow = list(base)
+            for x, d in zip(big, devices):
+                for y in (x, *own_weights[x]):
+                    ok_g, ok_c = allow[pos[y]]
+                    allow[pos[y]] = (ok_g and d == g, ok_c and d == c)
+            if any(not a and not b for a, b in allow):
+                continue
+            on_g = np.array([a for a, _ in allow])
+            on_c = np.array([b for _, b in allow])
+            cheapest = np.minimum(np.where(on_g, unary_g, np.inf), np.where(on_c, unary_c, np.inf)).sum()
+            name = f"M={size}" + "".join(f" #{x}:{'g' if d == g else 'c'}" for x, d in zip(big, devices))
+            out.append(_Case(size, allow, float(room - size), max(float(cheapest), known), name=name))
+    return out
+
+
+def _prepare(steps: _Steps, case: _Case, target: float) -> bool:
+    """The suffix bounds of a case, unless a cheaper bound already puts it at
+    or above `target` (False then): the unconstrained optimum (price 0) and
+    its own best price's bound first, then backward passes at the price grid
+    around that price and the fewest bytes of every suffix."""
+    if case.price is None:
+        case.lower = max(case.lower, float(_backward(steps, case.allow, 0.0)[0][0]))
+        if case.lower >= target:
+            return False
+        value, case.price = _lagrangian(steps, case.allow, case.budget)
+        case.lower = max(case.lower, value)
+        if case.lower >= target:
+            return False
+    price = case.price
+    case.prices = tuple(price * f for f in PRICE_GRID)
+    case.suffix = tuple(_backward(steps, case.allow, p) for p in case.prices)
+    case.fewest = _backward(steps, case.allow, 1.0, with_time=False)
+    return True
+
+
+def _polish(
+    problem: Problem,
+    exact: _Steps,
+    case: _Case,
+    relaxed_plan: Sequence[tuple[int, int]],
+    light: int,
+    best_ns: float,
+    g: int,
+    c: int,
+    deadline: Deadline,
+) -> list[int] | None:
+    """The relaxed plan's heavy classes where it has them and everything else
+    placed by the exact program; None when it finds nothing faster than
+    `best_ns`."""
+    device = dict(relaxed_plan)
+    allow: Allow = []
+    for (ok_g, ok_c), x in zip(case.allow, exact.order):
+        heavy = abs(problem.unary[x].get(g, 0) - problem.unary[x].get(c, 0)) > light
+        if heavy:
+            allow.append((ok_g and device[x] == g, ok_c and device[x] == c))
+        else:
+            allow.append((ok_g, ok_c))
+    suffix = _backward(exact, allow, 0.0)
+    fewest = _backward(exact, allow, 1.0, with_time=False)
+    # Targets just above the relaxed optimum (the plan costs at least that):
+    # a loose one would keep too many points.
+    for window in POLISH_WINDOWS:
+        target = min(best_ns, case.lower * (1 + window))
+        # The case's relaxed suffix bounds hold here too (fewer classes held,
+        # cheaper costs), and bring the budget into the pruning.
+        outcome = _forward(
+            exact, allow, case.budget, target, (0.0, *case.prices), (suffix, *case.suffix), fewest, deadline,
+            coarse_ns=max(1.0, POLISH_COARSE * case.lower),
+        )
+        if outcome.status == "found" and outcome.bits is not None:
+            return _plan_of(problem, exact.order, outcome.bits, g, c)
+        if target >= best_ns:
+            break
+    return None
+
+
+def _plan_of(problem: Problem, order: Sequence[int], bits: Sequence[int], g: int, c: int) -> list[int]:
+    """A program's choices (1: on `g`) as an assignment."""
+    plan = [0] * len(problem.allowed)
+    for x, bit in zip(order, bits):
+        plan[x] = g if bit else c
+    return plan
