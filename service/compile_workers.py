@@ -288,6 +288,7 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
     if not config.enabled:
         error = max_abs_error(tvm_bridge.run(compiled, inputs), tvm_bridge.run(reference, inputs))
         return {"max_abs_error": error, "sandbox": []}
+    config = dataclasses.replace(config, limits=_within_compile(config))
     shortened = False
     if job.deadline is not None:
         # What is left of the compile's time, less a moment to answer: the check's wall clock
@@ -319,6 +320,21 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
         "cpu_s": ran.cpu_s,
         "peak_bytes": ran.peak_bytes,
     }
+
+
+def _within_compile(config: SandboxConfig) -> sandbox.Limits:
+    """The run check's limits held to the compile process's data and file-size limits (the
+    child inherits those hard rlimits and cannot raise them), so that a limit the child
+    hits is named as it is. CPU is the child's own: the compile process has no hard CPU
+    limit (its wall clock bounds the check's time instead)."""
+    limits, outer = config.limits, config.compile_limits
+    if outer is None:
+        return limits
+    return dataclasses.replace(
+        limits,
+        memory_bytes=min(limits.memory_bytes, outer.memory_bytes),
+        file_bytes=min(limits.file_bytes, outer.file_bytes),
+    )
 
 
 def check_failure(failure: sandbox.SandboxFailure) -> PlanFailure:
@@ -402,7 +418,7 @@ def _process_main(
     configure(logging.getLevelName(log_level).lower(), log_queue_size)
     config = job.sandbox if job.sandbox is not None else sandbox.config_from(get_settings())
     if config.enabled and config.compile_limits is not None:
-        sandbox.limit_process(config.compile_limits)
+        sandbox.limit_process(config.compile_limits, hard_cpu=False)
     target(dataclasses.replace(job, sandbox=config), conn)
 
 

@@ -420,13 +420,14 @@ def private_dir(beside: str | os.PathLike[str] | None = None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def limit_process(limits: Limits) -> None:
+def limit_process(limits: Limits, *, hard_cpu: bool = True) -> None:
     """Apply `limits`' rlimits to this process (and what it starts): CPU, data, file size,
-    no core files. The compile process calls it on itself; the run-check child too, where
+    no core files. The compile process calls it on itself (`hard_cpu=False`: SIGXCPU at its
+    limit, but no hard CPU limit for its run-check child to inherit); the child too, where
     a limit above the compile process's is held to that one (a hard limit cannot rise)."""
     cpu = max(1, math.ceil(limits.cpu_s))
     # SIGXCPU at the soft limit; the kernel's SIGKILL one second later if it is ignored.
-    _set(resource.RLIMIT_CPU, cpu, cpu + 1)
+    _set(resource.RLIMIT_CPU, cpu, cpu + 1 if hard_cpu else resource.RLIM_INFINITY)
     _set(resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes)
     _set(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes)
     _set(resource.RLIMIT_CORE, 0, 0)
@@ -440,7 +441,8 @@ def _fit(which: int, soft: int, hard: int) -> tuple[int, int]:
     """(soft, hard) held to this process's current hard limit of `which`."""
     _, current = resource.getrlimit(which)
     if current != resource.RLIM_INFINITY:
-        soft, hard = min(soft, current), min(hard, current)
+        soft = min(soft, current)
+        hard = current if hard == resource.RLIM_INFINITY else min(hard, current)
     return soft, hard
 
 

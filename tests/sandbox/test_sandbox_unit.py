@@ -205,3 +205,30 @@ def test_a_noexec_file_system_is_avoided_or_refused(tmp_path: Path, monkeypatch:
     with pytest.raises(sandbox.SandboxFailure) as caught, sandbox.private_dir(beside=library):
         pass
     assert caught.value.limit == "start" and "noexec" in caught.value.detail
+
+
+def test_the_check_limits_are_held_to_the_compile_process() -> None:
+    # The child inherits the compile process's hard rlimits: a larger limit would be named
+    # but never reached.
+    from service.compile_workers import _within_compile
+
+    config = sandbox.config_from(
+        Settings(compile_timeout_s=120, run_check_cpu_s=600, compile_memory_bytes="1GiB"), sandbox.Detected(None, None)
+    )
+    held = _within_compile(config)
+    assert (held.cpu_s, held.memory_bytes, held.file_bytes) == (600, 1 << 30, config.limits.file_bytes)
+
+
+def test_the_compile_process_leaves_its_child_a_free_cpu_limit() -> None:
+    # In a child process: its soft CPU limit set, no hard one, so a run check may use its own.
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        soft, hard = pool.apply(_limited_cpu, (90.0,))
+    assert soft == 90 and hard == resource.RLIM_INFINITY
+
+
+def _limited_cpu(cpu_s: float) -> tuple[int, int]:
+    sandbox.limit_process(sandbox.Limits(cpu_s=cpu_s, memory_bytes=64 << 30, file_bytes=1 << 40), hard_cpu=False)
+    return resource.getrlimit(resource.RLIMIT_CPU)
