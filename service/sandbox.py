@@ -247,9 +247,10 @@ def _bwrap_command(directory: Path, gpu: bool) -> list[str]:
         "--chdir",
         str(directory),
     ]
-    # No PID namespace: bwrap's init would reap the child, and the parent would lose its
-    # resource use (the peak memory that names a memory limit); the filter lets the child
-    # signal nobody but itself.
+    # No PID namespace: bwrap's init would reap the child, and its resource use (the CPU
+    # seconds that name a CPU limit) would not reach the parent, as measured; with
+    # --as-pid-1 the kernel drops the signals a namespace's init does not handle, SIGXCPU
+    # among them. The filter lets the child signal nobody but itself anyway.
     if gpu:
         for node in sorted(Path("/dev").glob("nvidia*")):
             command += ["--dev-bind", str(node), str(node)]
