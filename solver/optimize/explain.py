@@ -134,7 +134,7 @@ def cost_reason(problem: Problem, weights: Weights, solution: Solution, ds: Doma
         for d, name in enumerate(problem.names):
             if d not in problem.allowed[c]:
                 partial = ds.vd[ds.find(elem)]
-                fits = partial.join(problem.devices[d]) is not None
+                fits = problem.compatible(partial, d)
                 forbidden[name] = "operator support" if fits else "a pin or annotation"
                 continue
             trial = list(solution.assign)

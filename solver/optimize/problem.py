@@ -22,6 +22,7 @@ from ..collect import SPECIAL_OPS, Collector, is_optimizable
 from ..config import PlanConfig
 from ..domains import DomainSystem
 from ..errors import PlanConfigError
+from ..steps.devices import PrimitiveDevices
 from ..steps.support import unsupported_by_device
 from .cost_model import (
     VIEWS,
@@ -73,6 +74,14 @@ class Problem:
     fixed_copies: int = 0
     fixed_copy_bytes: dict[int, int] = field(default_factory=dict)  # destination -> bytes
     fixed_copy_ns: dict[int, int] = field(default_factory=dict)  # destination -> ns
+    # how the devices compare (`steps.devices.PrimitiveDevices`); None: as written
+    primitive: PrimitiveDevices | None = None
+
+    def compatible(self, partial: VirtualDevice, d: int) -> bool:
+        """Whether a partial device and `devices[d]` agree where both are constrained."""
+        if self.primitive is None:
+            return partial.compatible(self.devices[d])
+        return self.primitive.compatible(partial, self.devices[d])
 
     def edge_ns(self, nbytes: int, src: int, dst: int, uses: int) -> int:
         return _edge_ns(self.links, nbytes, src, dst, uses)
@@ -191,14 +200,22 @@ def identical_devices(problem: Problem) -> list[list[int]]:
 
 
 def candidate_devices(
-    ds: DomainSystem, table: Sequence[object], extra: Sequence[VirtualDevice]
+    ds: DomainSystem,
+    table: Sequence[object],
+    extra: Sequence[VirtualDevice],
+    primitive: PrimitiveDevices | None = None,
 ) -> list[VirtualDevice]:
-    """The devices a class may take: the table's and the request's, canonical, once each."""
+    """The devices a class may take: the table's and the request's, canonical,
+    once each. Two that are one device of the compilation (`primitive`, by
+    default the form of `table` and `extra`: they differ only in their
+    target's host) are one candidate, the first as written."""
+    if primitive is None:
+        primitive = PrimitiveDevices.of([*table, *extra])
     out: list[VirtualDevice] = []
     for vd in [*table, *extra]:
         if isinstance(vd, VirtualDevice) and not vd.is_fully_unconstrained:
             c = ds.canonical(vd)
-            if c not in out:
+            if not any(primitive.same(c, o) for o in out):
                 out.append(c)
     return out
 
@@ -221,13 +238,18 @@ class DeviceSetup:
     table: CostTable
     unsupported: dict[str, frozenset[str]]
     assume_dim: int
+    primitive: PrimitiveDevices
 
 
-def device_setup(candidates: list[VirtualDevice], config: PlanConfig) -> DeviceSetup:
-    """Read and check the request's per-device settings against the candidates."""
+def device_setup(
+    candidates: list[VirtualDevice], config: PlanConfig, primitive: PrimitiveDevices | None = None
+) -> DeviceSetup:
+    """Read and check the request's per-device settings against the candidates
+    (`primitive`: how they compare, by default the candidates' own form)."""
+    if primitive is None:
+        primitive = PrimitiveDevices.of(candidates)
     names = [device_name(vd) for vd in candidates]
-    if len(set(names)) != len(names):
-        raise PlanConfigError(f"two candidate devices share a name: {names}")
+    _check_names_differ(candidates, names, primitive)
     profiles = [device_profile(n, vd, config.device_profiles or {}) for n, vd in zip(names, candidates)]
     for key in config.device_profiles or {}:
         if key not in names:
@@ -245,7 +267,48 @@ def device_setup(candidates: list[VirtualDevice], config: PlanConfig) -> DeviceS
     unsupported = unsupported_by_device(config.op_support or {}, names)
     table = CostTable.from_document(config.cost_table)
     budgets = {i: p.memory_bytes for i, p in enumerate(profiles) if p.memory_bytes is not None}
-    return DeviceSetup(candidates, names, profiles, links, budgets, table, unsupported, config.assume_dim)
+    return DeviceSetup(
+        candidates, names, profiles, links, budgets, table, unsupported, config.assume_dim, primitive
+    )
+
+
+def _check_names_differ(
+    candidates: Sequence[VirtualDevice], names: Sequence[str], primitive: PrimitiveDevices
+) -> None:
+    """Every candidate has its own name (per-device settings, reports and
+    pictures are keyed by it). Two devices the name cannot tell apart differ
+    in what `device_name` leaves out (target keys or tag): a PlanConfigError
+    saying what differs."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        j = first.setdefault(name, i)
+        if j == i:
+            continue
+        a, b = primitive.canonical(candidates[j]), primitive.canonical(candidates[i])
+        raise PlanConfigError(
+            f"two candidate devices are both named {name!r} but differ in {_difference(a, b)}; "
+            "give one of them another virtual_device_id or a distinguishing target attribute"
+        )
+
+
+def _difference(a: VirtualDevice, b: VirtualDevice) -> str:
+    """What tells two same-named devices apart, in words."""
+    ta, tb = a.target, b.target
+    if ta is not None and tb is not None:
+        parts = []
+        if ta.keys != tb.keys:
+            parts.append(f"target keys ({','.join(ta.keys) or 'none'} vs {','.join(tb.keys) or 'none'})")
+        if ta.tag != tb.tag:
+            parts.append(f"target tag ({ta.tag or 'none'} vs {tb.tag or 'none'})")
+        mine, theirs = ta.attr_dict, tb.attr_dict
+        for key in sorted(set(mine) | set(theirs)):
+            if mine.get(key, "<unset>") != theirs.get(key, "<unset>"):
+                parts.append(
+                    f"target attribute {key} ({mine.get(key, '<unset>')!r} vs {theirs.get(key, '<unset>')!r})"
+                )
+        if parts:
+            return ", ".join(parts)
+    return f"{a} vs {b}"
 
 
 def primitive_function(call: Call) -> Function | None:
@@ -442,6 +505,7 @@ def _allowed(
     candidates: Sequence[VirtualDevice],
     forbidden: Mapping[int, list[tuple[int, Call]]],
     default: VirtualDevice,
+    primitive: PrimitiveDevices,
 ) -> tuple[list[list[int]], list[int], list[SupportFailure]]:
     """Each class's allowed devices (pins and support), its preferred one
     (TVM's default where allowed), and the classes left with none."""
@@ -451,16 +515,16 @@ def _allowed(
     default_c = ds.canonical(default)
     for c, r in enumerate(roots):
         partial = ds.vd[r]
-        fitting = [d for d, vd in enumerate(candidates) if fits(partial, vd)]
+        fitting = [d for d, vd in enumerate(candidates) if primitive.fits(partial, vd)]
         banned = {d for d, _ in forbidden.get(c, ())}
         ok = [d for d in fitting if d not in banned]
         if not ok:
             failures.append(SupportFailure(c, r, partial, fitting, list(forbidden.get(c, []))))
             ok = fitting or list(range(len(candidates)))
         allowed.append(ok)
-        want = next((d for d in ok if candidates[d] == default_c), None)
+        want = next((d for d in ok if primitive.same(candidates[d], default_c)), None)
         if want is None:
-            want = next((d for d in ok if candidates[d].compatible(default_c)), ok[0])
+            want = next((d for d in ok if primitive.compatible(candidates[d], default_c)), ok[0])
         pref.append(want)
     return allowed, pref, failures
 
@@ -493,8 +557,8 @@ def _fixed_copies(collector: Collector, setup: DeviceSetup, sizes: Sizes) -> _Fi
             src, dst = ds.canonical(props.src), ds.canonical(props.dst)
             if src == dst:
                 continue
-            si = next((i for i, vd in enumerate(candidates) if fits(src, vd)), None)
-            di = next((i for i, vd in enumerate(candidates) if fits(dst, vd)), None)
+            si = next((i for i, vd in enumerate(candidates) if setup.primitive.fits(src, vd)), None)
+            di = next((i for i, vd in enumerate(candidates) if setup.primitive.fits(dst, vd)), None)
             if si is None or di is None or si == di:
                 continue
             b = sizes.of(node.args[0])
@@ -524,9 +588,11 @@ def build_problem(
     config: PlanConfig,
     sizes: Sizes,
     main: Function | None,
+    primitive: PrimitiveDevices | None = None,
 ) -> Built:
-    """Classes, allowed devices, costs, edges and budgets of a collected module."""
-    setup = device_setup(candidates, config)
+    """Classes, allowed devices, costs, edges and budgets of a collected module
+    (`primitive`: how the candidates compare, as `candidate_devices` compared them)."""
+    setup = device_setup(candidates, config, primitive)
     collector = cuts.collector
     classes = _Classes(collector)
     kernels = _kernels(cuts, classes, sizes, setup)
@@ -535,7 +601,9 @@ def build_problem(
     # Every class that appears gets a full row; other classes are read by
     # `device_of` with the default rule.
     n = len(classes.roots)
-    allowed, pref, failures = _allowed(collector.ds, classes.roots, candidates, kernels.forbidden, default)
+    allowed, pref, failures = _allowed(
+        collector.ds, classes.roots, candidates, kernels.forbidden, default, setup.primitive
+    )
     unary = []
     for c in range(n):
         row = dict(kernels.unary.get(c, {}))
@@ -561,5 +629,6 @@ def build_problem(
         fixed_copies=fixed.copies,
         fixed_copy_bytes=fixed.copy_bytes,
         fixed_copy_ns=fixed.copy_ns,
+        primitive=setup.primitive,
     )
     return Built(problem, failures, sizes.estimates, sizes, kernels.per_call)

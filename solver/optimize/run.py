@@ -31,6 +31,7 @@ from ..steps import (
     Devices,
     Front,
     Laps,
+    PrimitiveDevices,
     planned_result,
     presolve,
     presolved_devices,
@@ -49,7 +50,6 @@ from .problem import (
     build_problem,
     candidate_devices,
     evaluate,
-    fits,
 )
 from .report import CostReport, DeviceCost
 from .sizes import Sizes, module_types
@@ -133,8 +133,12 @@ def optimize(
     collector = pre.collector
     assert isinstance(collector, CutCollector)
 
-    candidates = candidate_devices(ds, devices.table, [devices.default, devices.host])
-    built = build_problem(collector.cuts(), candidates, devices.default, config, sizes, entry_function(functions))
+    extra = [devices.default, devices.host]
+    primitive = PrimitiveDevices.of([*devices.table, *extra])
+    candidates = candidate_devices(ds, devices.table, extra, primitive)
+    built = build_problem(
+        collector.cuts(), candidates, devices.default, config, sizes, entry_function(functions), primitive
+    )
     problem = built.problem
     lap("build")
     conflict = support_conflict(ds, built, "device conflict: pins and operator support disagree: ")
@@ -161,6 +165,8 @@ def optimize(
         d = chosen.get(r)
         partial = ds.vd[r]
         if d is not None:
+            # a partial that differs from the candidate only in its target's host
+            # (steps.devices.PrimitiveDevices) takes the candidate's form
             return ds.canonical(partial.join(candidates[d]) or candidates[d])
         found = free_device.get(r)
         if found is None:
@@ -335,8 +341,12 @@ def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[i
     sizes = Sizes(type_of, config.assume_dim)
     sizes.run([f for _, f in tvm_collector.functions if is_optimizable(f)])
     cut = as_cut(tvm_collector)
-    candidates = candidate_devices(tvm_collector.ds, internals.table, [internals.default, internals.host])
-    built = build_problem(cut, candidates, internals.default, config, sizes, entry_function(tvm_collector.functions))
+    extra = [internals.default, internals.host]
+    primitive = PrimitiveDevices.of([*internals.table, *extra])
+    candidates = candidate_devices(tvm_collector.ds, internals.table, extra, primitive)
+    built = build_problem(
+        cut, candidates, internals.default, config, sizes, entry_function(tvm_collector.functions), primitive
+    )
     problem = built.problem
     conflict = support_conflict(tvm_collector.ds, built, "")
     if conflict is not None:
@@ -345,7 +355,7 @@ def optimize_fixed(planned: Module, config: PlanConfig) -> tuple[Problem, list[i
     for c, root in enumerate(problem.classes):
         vd = device_of(root)
         d = next(
-            (i for i, cand in enumerate(candidates) if fits(cand, vd) or fits(vd, cand)),
+            (i for i, cand in enumerate(candidates) if primitive.fits(cand, vd) or primitive.fits(vd, cand)),
             problem.allowed[c][0],
         )
         assign.append(d)

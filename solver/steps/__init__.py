@@ -10,7 +10,7 @@
 """
 
 from .check import check_with_z3, presolved_devices
-from .devices import Devices, resolve_devices
+from .devices import Devices, PrimitiveDevices, resolve_devices
 from .finish import planned_result, rewrite_module
 from .laps import Laps
 from .prepare import Front
@@ -22,6 +22,7 @@ __all__ = [
     "Front",
     "Laps",
     "Presolved",
+    "PrimitiveDevices",
     "check_with_z3",
     "planned_result",
     "presolve",
