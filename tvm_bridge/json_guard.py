@@ -20,6 +20,12 @@ installed TVM's type registry and field schemas):
   the schema says Optional or TVM itself writes null: spans, call attrs);
 - tensors (`ffi.Tensor`) are well-formed CPU tensor blobs whose byte count
   matches their shape and dtype;
+- objects TVM loads by name are names TVM already registers: operators
+  (`ir.Op`), target kinds (`target.TargetKind`) and TIR's layout axes
+  (`tirx.Axis`), looked up without registering anything (TVM's loader would
+  register an unknown axis name for good); source names (`ir.SourceName`,
+  interned by TVM for good) are kept only when TVMScript's parser's own
+  (`<str>`), else written as `<json>`;
 - no reference chain is deeper than `MAX_DEPTH`.
 
 The checked graph is written out again (`json.dumps` of what was read), so
@@ -48,7 +54,7 @@ from tvm_ffi import core as ffi_core
 
 from relay.span import ParseError
 
-__all__ = ["MAX_DEPTH", "check_json_graph", "load_checked_json", "verify_module"]
+__all__ = ["MAX_DEPTH", "check_json_graph", "load_checked_json", "registered_axes", "verify_module"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ MAX_DEPTH = 1000
 # `ffi.Function`), global functions looked up by name (`ir.EnvFunc`), Python
 # objects, and test types.
 REFUSED_TYPES = frozenset({"ffi.Module", "ffi.Function", "ffi.OpaquePyObject", "ir.EnvFunc", "ffi.Error",
-                           "ffi.BigInt", "tirx.Axis"})
+                           "ffi.BigInt"})
 REFUSED_PREFIXES = ("testing.",)
 # Non-Optional reference fields that TVM's own saves leave null (every `span`;
 # `attrs` of a call to an operator without attributes): by field schema.
@@ -74,7 +80,19 @@ _MISSING = object()
 # Static type indices of fields TVM writes inline (tvm-ffi's TypeIndex).
 _INLINE = {0: "None", 1: "int", 2: "bool", 3: "float", 5: "dtype"}
 # Objects whose JSON data TVM decodes with a custom function: what each takes.
-_CUSTOM_DATA = {"ffi.Tensor": "tensor", "ir.Op": "str", "ir.SourceName": "str", "target.TargetKind": "str"}
+_CUSTOM_DATA = {
+    "ffi.Tensor": "tensor",
+    "ir.Op": "op",
+    "ir.SourceName": "source",
+    "target.TargetKind": "target-kind",
+    "tirx.Axis": "axis",
+}
+# TVM interns every source name it loads (a process-wide table, never freed), so a
+# caller's names would pile up in a long-lived planning worker: only the name
+# TVMScript's parser itself gives (`tvm.script.from_source`) is kept, the rest read
+# as JSON_SOURCE_NAME (both are interned once).
+KEPT_SOURCE_NAMES = frozenset({"<str>"})
+JSON_SOURCE_NAME = "<json>"
 # Schema origins naming a static key, and the node type keys they accept.
 _SCHEMA_KEYS = {
     "int": {"int"},
@@ -154,6 +172,38 @@ def _type(key: str) -> _Type | None:
         custom = "refused"
     return _Type(key, int(info.type_index), frozenset({int(info.type_index), *map(int, info.type_ancestors)}),
                  tuple(fields), frozenset(f.name for f in fields), custom)
+
+
+@cache
+def registered_axes() -> frozenset[str]:
+    """The layout axes TVM registers when it starts (C++ `TVM_REGISTER_AXIS`: `m`,
+    `tx`, `laneid`, ...), found without registering any other name.
+
+    `tirx.Axis` is a by-name registry entry like `ir.Op`, but TVM 0.27's lookup
+    (`Axis::Get`, which its JSON loader calls) registers an unknown name on the
+    fly, for the rest of the process, and such an axis has none of the
+    attributes TVM's passes read (`IsThreadAxis` fails on it). TVM exposes no
+    lookup that leaves the registry alone, so the candidates are the names its
+    Python layer lists (`tvm.tirx.layout._AXIS_NAMES`, TVM's own constant) and
+    each is confirmed in the registry: an axis TVM registered carries the
+    `thread` attribute, one made on the fly does not (looking up a registered
+    name registers nothing)."""
+    from tvm.tirx import layout
+
+    names = getattr(layout, "_AXIS_NAMES", ())
+    lookup = tvm_ffi.get_global_func("tirx.AxisGet")
+    is_thread = tvm_ffi.get_global_func("tirx.AxisIsThreadAxis")
+    found: set[str] = set()
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        try:
+            is_thread(lookup(name))
+        except Exception:  # noqa: BLE001 - not a registered axis: left out
+            log.warning("layout axis %r is listed by TVM but not registered with its attributes", name)
+            continue
+        found.add(name)
+    return frozenset(found)
 
 
 @cache
@@ -263,6 +313,7 @@ class _Graph:
         self.lineages: list[frozenset[int]] = []  # per node: the type indices it counts as
         self.depth: list[int] = []
         self.accepted: set[tuple[int, Schema]] = set()
+        self.registered: dict[str, frozenset[str]] = {}  # by _NAMED kind, read once per check
 
     def checked(self) -> str:
         for i, node in enumerate(self.nodes):
@@ -354,11 +405,21 @@ class _Graph:
     def _custom(self, i: int, info: _Type, data: Any) -> None:
         if info.custom == "tensor":
             _check_tensor(i, data)
-        elif info.custom == "str":
-            if not isinstance(data, str):
-                raise _Bad(i, f"`{info.key}` data must be a string")
-        else:
+            return
+        if info.custom != "source" and info.custom not in _NAMED:
             raise _Bad(i, f"type `{info.key}` is not accepted in a module")
+        if not isinstance(data, str):
+            raise _Bad(i, f"`{info.key}` data must be a string")
+        if info.custom == "source":
+            if data not in KEPT_SOURCE_NAMES:
+                self.nodes[i]["data"] = JSON_SOURCE_NAME
+            return
+        what, registered = _NAMED[info.custom]
+        known = self.registered.get(info.custom)
+        if known is None:
+            known = self.registered[info.custom] = registered()
+        if data not in known:
+            raise _Bad(i, f"{what} {_short(data)} is not one TVM registers")
 
     # ------------------------------------------------------------- schemas
 
@@ -482,6 +543,15 @@ def _check_tensor(i: int, data: Any) -> None:
     if nbytes != want or len(blob) - at != nbytes:
         raise _Bad(i, f"`ffi.Tensor` of shape {list(shape)} holds {len(blob) - at} bytes, not {want}")
 
+
+# Objects TVM loads by name: what the name is, and the names TVM registers now
+# (operators and target kinds read from their registries at each check; neither
+# lookup registers anything).
+_NAMED: dict[str, tuple[str, Callable[[], frozenset[str]]]] = {
+    "op": ("operator", lambda: frozenset(map(str, tvm.ir.Op.list_op_names()))),
+    "target-kind": ("target kind", lambda: frozenset(map(str, tvm.target.Target.list_kinds()))),
+    "axis": ("layout axis", registered_axes),
+}
 
 # What the data of a plain node, and an inline field, may be.
 _PLAIN_CHECKS: dict[str, Callable[[Any], bool]] = {
