@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# The line breaks of Python's tokenizer (and so of TVMScript's locations): \r\n, \r
+# and \n only. Not `str.splitlines`, which also breaks at \x0b, \x0c, \x1c-\x1e,
+# \x85, \u2028 and \u2029: those may sit inside a string literal or a comment, and
+# every line after one would be shown for the wrong line number.
+LINE_BREAK = re.compile(r"\r\n?|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset where each line of `text` starts (1-based line n at index n - 1),
+    lines ending at LINE_BREAK."""
+    if "\r" not in text:  # the common case: one C-level scan for the newlines
+        return [0, *(m.end() for m in re.finditer("\n", text))]
+    return [0, *(m.end() for m in LINE_BREAK.finditer(text))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,9 +28,15 @@ class SourceText:
     text: str
 
     def line(self, number: int) -> str:
-        """The 1-based line `number` of the text, without its newline ('' past the end)."""
-        lines = self.text.splitlines()
-        return lines[number - 1] if 1 <= number <= len(lines) else ""
+        """The 1-based line `number` of the text, without its line break ('' past the
+        end), lines ending at LINE_BREAK as Python's tokenizer ends them."""
+        if number < 1:
+            return ""
+        starts = line_starts(self.text)
+        if number > len(starts):
+            return ""
+        end = starts[number] if number < len(starts) else len(self.text)
+        return LINE_BREAK.sub("", self.text[starts[number - 1] : end], count=1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from typing import Any, NoReturn, cast
 from . import ast as A
 from .device import VirtualDevice
 from .op_attrs import attrs_type_key as _attrs_type_key
-from .span import ParseError, SourceText, Span
+from .span import ParseError, SourceText, Span, line_starts
 
 MAX_NESTING = 1000
 # Each nesting level costs a few Python frames; Python-to-Python calls use no
@@ -236,7 +236,7 @@ def _split_metadata(text: str, source: SourceText) -> tuple[str, dict[str, list[
     try:
         tables = decode_meta_section(body)
     except ParseError as err:
-        line = text.count("\n", 0, match.start()) + 1
+        line = bisect.bisect_right(line_starts(text), match.start())
         raise ParseError(f"bad #[metadata] section: {err.message}", Span(source, line, 1, line, 12)) from None
     return head, {k: list(v) for k, v in tables.items()}, True
 
@@ -256,7 +256,7 @@ class _Parser:
         self.starts: list[int] = []
         self._tokenize()
         self.pos = 0
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.line_starts = line_starts(text)
         self.graph: dict[int, A.Expr] = {}
         # Lexical scopes: a stack of bindings per name, and per open scope
         # the names it bound (so lookups are O(1) however deep the nesting).
@@ -328,9 +328,7 @@ class _Parser:
         return Span(self.source, line, col, end_line, end_col)
 
     def _fail_at(self, offset: int, message: str) -> NoReturn:
-        self.line_starts = getattr(self, "line_starts", None) or [0] + [
-            m.end() for m in re.finditer("\n", self.text)
-        ]
+        self.line_starts = getattr(self, "line_starts", None) or line_starts(self.text)
         line, col = self._line_col(offset)
         raise ParseError(message, Span(self.source, line, col, line, col + 1))
 

@@ -25,12 +25,12 @@ import ast
 import builtins
 import io
 import logging
-import re
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 
-from relay.span import ParseError, SourceText, Span
+from relay.span import ParseError, SourceText, Span, line_starts
 
 from . import tvmscript_guard_table as table
 
@@ -70,7 +70,6 @@ DECORATOR_KEYWORDS = {
     "R.function": frozenset({"private", "pure"}),
     "T.prim_func": frozenset({"private", "s_tir"}),
 }
-_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|\Z)")
 _BINDABLE_FORBIDDEN = PARSER_GLOBALS | {"cls", "metadata", "range"}
 _LITERAL_TYPES = (str, int, float, bool, type(None))
 
@@ -132,13 +131,13 @@ class _Lines:
 
     def __init__(self, source: SourceText) -> None:
         self.source = source
-        # Python's own line breaks only (`str.splitlines` also breaks at \x0c, \x1c, \u2028, ...,
-        # which may sit inside a string literal: offsets would then miss the nodes they name).
-        self.lines = [m.group(0) for m in _LINE_RE.finditer(source.text)]
-        self.ascii = source.text.isascii()
-        self.starts = [0]
-        for text in self.lines:
-            self.starts.append(self.starts[-1] + len(text))
+        # Python's own line breaks only (relay.span.LINE_BREAK: `str.splitlines` also breaks
+        # at \x0c, \u2028, ..., which may sit inside a string literal: offsets would then
+        # miss the nodes they name).
+        text = source.text
+        self.starts = [*line_starts(text), len(text)]
+        self.lines = [text[a:b] for a, b in pairwise(self.starts)]
+        self.ascii = text.isascii()
 
     def column(self, line: int, byte_col: int) -> int:
         if self.ascii or not 1 <= line <= len(self.lines):
