@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 
 import tvm_bridge
+from benchmarks.timing import best_s
 from tests.tvm_bridge.helpers import load_corpus, split_plan
 from tests.tvm_bridge.test_models import _prefix_length
 from tvm_bridge.check import max_abs_error, random_inputs
@@ -59,20 +60,11 @@ MODELS = [
 QUICK = ["mlp", "dqn", "resnet18", "lstm"]
 
 
-def _best(fn: Any, repeat: int) -> tuple[Any, float]:
-    times, out = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return out, min(times)
-
-
 def bench(model: str, repeat: int, cuda: bool) -> dict[str, Any]:
     module = load_corpus(f"{model}.relay")
     planned = split_plan(module, _prefix_length(module))
-    lowered, lower_s = _best(lambda: tvm_bridge.to_relax(planned), repeat)
-    single_lowered, single_lower_s = _best(lambda: tvm_bridge.to_relax(module), repeat)
+    lower_s, lowered = best_s(lambda: tvm_bridge.to_relax(planned), repeat)
+    single_lower_s, single_lowered = best_s(lambda: tvm_bridge.to_relax(module), repeat)
     start = time.perf_counter()
     hetero = tvm_bridge.compile(lowered)
     hetero_compile_s = time.perf_counter() - start
@@ -134,7 +126,7 @@ def bench_run_check(model: str, repeat: int) -> dict[str, Any]:
         plan = PlanJob(module="", options=solver.PlanOptions())
         for name, config in (("on", on), ("plain", plain), ("off", off)):
             job = CompileJob(plan=plan, targets=None, cuda_arch=None, run_check=True, library=library, sandbox=config)
-            check, row[f"{name}_s"] = _best(functools.partial(run_check, job, built, reference, inputs), repeat)
+            row[f"{name}_s"], check = best_s(functools.partial(run_check, job, built, reference, inputs), repeat)
             row[f"{name}_err"] = check["max_abs_error"]
             row.update({f"{name}_{k}": v for k, v in check.items() if k in ("cpu_s", "peak_bytes")})
     row["limits"] = on.limits

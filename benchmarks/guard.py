@@ -19,23 +19,17 @@ import argparse
 import ast
 import json
 import logging
-import time
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
-CORPUS = Path(__file__).resolve().parents[1] / "../shared/corpus/relax"
+ROOT = Path(__file__).resolve().parents[1]
+# The repository first: benchmarks/service.py would shadow the service package.
+sys.path.insert(0, str(ROOT))
+from benchmarks.timing import best_ms
+
+CORPUS = ROOT / "../shared/corpus/relax"
 log = logging.getLogger("benchmarks.guard")
-
-
-def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best = float("inf")
-    value = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1000, value
 
 
 def _models(only: str | None) -> list[str]:
@@ -59,16 +53,16 @@ def run(repeat: int, only: str | None) -> list[dict[str, Any]]:
         script = (CORPUS / f"{name}.py").read_text()
         graph = (CORPUS / f"{name}.json").read_text()
         source = SourceText(name, script)
-        check_ms, checked = _best(lambda: check_tvmscript(script, source), repeat)  # noqa: B023
-        ast_ms, _ = _best(lambda: ast.parse(script), repeat)  # noqa: B023
+        check_ms, checked = best_ms(lambda: check_tvmscript(script, source), repeat)  # noqa: B023
+        ast_ms, _ = best_ms(lambda: ast.parse(script), repeat)  # noqa: B023
         extra: dict[str, Any] = {"I": script_ir, "R": script_relax, "T": script_tir}
         if checked.metadata is not None:
             extra["metadata"] = load_checked_json(checked.metadata)
-        tvm_ms, _ = _best(lambda: tvm.script.from_source(checked.script, extra_vars=extra), repeat)  # noqa: B023
-        jcheck_ms, _ = _best(lambda: check_json_graph(graph), repeat)  # noqa: B023
-        jonly_ms, _ = _best(lambda: json.dumps(json.loads(graph)), repeat)  # noqa: B023
-        load_ms, mod = _best(lambda: tvm.ir.load_json(graph), repeat)  # noqa: B023
-        verify_ms, _ = _best(lambda: verify_module(mod), repeat)  # noqa: B023
+        tvm_ms, _ = best_ms(lambda: tvm.script.from_source(checked.script, extra_vars=extra), repeat)  # noqa: B023
+        jcheck_ms, _ = best_ms(lambda: check_json_graph(graph), repeat)  # noqa: B023
+        jonly_ms, _ = best_ms(lambda: json.dumps(json.loads(graph)), repeat)  # noqa: B023
+        load_ms, mod = best_ms(lambda: tvm.ir.load_json(graph), repeat)  # noqa: B023
+        verify_ms, _ = best_ms(lambda: verify_module(mod), repeat)  # noqa: B023
         rows.append({
             "model": name, "py_kb": len(script) / 1024, "check": check_ms, "ast": ast_ms, "tvm_parse": tvm_ms,
             "json_kb": len(graph) / 1024, "jcheck": jcheck_ms, "jonly": jonly_ms, "load": load_ms,

@@ -26,26 +26,16 @@ import argparse
 import functools
 import logging
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The repository first: benchmarks/service.py would shadow the service package.
 sys.path.insert(0, str(ROOT))
+from benchmarks.timing import best_ms
+
 CORPUS = ROOT / "../shared/corpus"
 log = logging.getLogger("benchmarks.relax")
-
-
-def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best = float("inf")
-    value = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1000, value
 
 
 def run(model: str, repeat: int) -> list[tuple[str, float]]:
@@ -63,9 +53,9 @@ def run(model: str, repeat: int) -> list[tuple[str, float]]:
     config = solver.PlanConfig(timeout_ms=120_000)
     rows: list[tuple[str, float]] = []
 
-    parse_ms, module = _best(lambda: relay.parse_text(text), repeat)
-    plan_ms, result = _best(lambda: solver.plan(module, config), repeat)
-    print_ms, _ = _best(lambda: relay.print_text(result.module), repeat)
+    parse_ms, module = best_ms(lambda: relay.parse_text(text), repeat)
+    plan_ms, result = best_ms(lambda: solver.plan(module, config), repeat)
+    print_ms, _ = best_ms(lambda: relay.print_text(result.module), repeat)
     relay_total = parse_ms + plan_ms + print_ms
     rows += [
         ("relay: parse", parse_ms),
@@ -75,12 +65,12 @@ def run(model: str, repeat: int) -> list[tuple[str, float]]:
     ]
 
     script = print_relax(tvm_bridge.to_relax(module, {"cpu": "llvm", "cuda": "llvm"}))
-    tvm_parse_ms, (mod, source) = _best(lambda: read_relax(script), repeat)
-    translate_ms, translation = _best(lambda: translate(mod, source), repeat)
-    rplan_ms, rresult = _best(lambda: solver.plan(translation.module, config), repeat)
-    place_ms, placement = _best(lambda: read_placement(translation, rresult.module), repeat)
-    write_ms, (out, _) = _best(lambda: write_back(translation, placement, rresult.virtual_devices), repeat)
-    rprint_ms, _ = _best(lambda: print_relax(out), repeat)
+    tvm_parse_ms, (mod, source) = best_ms(lambda: read_relax(script), repeat)
+    translate_ms, translation = best_ms(lambda: translate(mod, source), repeat)
+    rplan_ms, rresult = best_ms(lambda: solver.plan(translation.module, config), repeat)
+    place_ms, placement = best_ms(lambda: read_placement(translation, rresult.module), repeat)
+    write_ms, (out, _) = best_ms(lambda: write_back(translation, placement, rresult.virtual_devices), repeat)
+    rprint_ms, _ = best_ms(lambda: print_relax(out), repeat)
     relax_total = translate_ms + rplan_ms + place_ms + write_ms + rprint_ms
     rows += [
         ("relax: translate (ours)", translate_ms),
@@ -132,8 +122,8 @@ def corpus_rows(models: tuple[str, ...], repeat: int) -> list[tuple[Any, ...]]:
         base = CORPUS / "relax" / name
         json_text = base.with_suffix(".json").read_text()
         script = base.with_suffix(".py").read_text()
-        json_ms, (mod, _) = _best(functools.partial(read_relax, json_text, "json"), repeat)
-        text_ms, (_, source) = _best(functools.partial(read_relax, script, "text"), repeat)
+        json_ms, (mod, _) = best_ms(functools.partial(read_relax, json_text, "json"), repeat)
+        text_ms, (_, source) = best_ms(functools.partial(read_relax, script, "text"), repeat)
         bindings = sum(len(block.bindings) for block in mod["main"].body.blocks)
         row: list[Any] = [name, bindings, json_ms, text_ms]
         estimates = ""
@@ -142,10 +132,10 @@ def corpus_rows(models: tuple[str, ...], repeat: int) -> list[tuple[Any, ...]]:
             config = solver.PlanConfig(
                 mode=mode, default_device="cuda", host_device="cpu", virtual_devices=("cpu", "cuda")
             )
-            translate_ms, translation = _best(functools.partial(translate, mod, source, mode), repeat)
+            translate_ms, translation = best_ms(functools.partial(translate, mod, source, mode), repeat)
             planned_config = configure(translation, dataclasses.replace(config, timeout_ms=120_000))
-            plan_ms, result = _best(functools.partial(solver.plan, translation.module, planned_config), repeat)
-            write_ms, _ = _best(functools.partial(_write_back, translation, result), repeat)
+            plan_ms, result = best_ms(functools.partial(solver.plan, translation.module, planned_config), repeat)
+            write_ms, _ = best_ms(functools.partial(_write_back, translation, result), repeat)
             row += [translate_ms, plan_ms, write_ms]
             if result.cost is not None:
                 unknown = sum(1 for e in result.cost.estimates if e.kind == "unknown type")

@@ -9,10 +9,8 @@ peak while parsing. Run: `python benchmarks/relay_io.py [--repeat N]`.
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -20,17 +18,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import relay
+from benchmarks.timing import timed_runs
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
 def best_time(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    """Seconds: the fastest of 1 or 2 runs, the median of 3 or more (each after a collection)."""
+    times, _ = timed_runs(fn, repeat, collect=True)
     return min(times) if repeat < 3 else statistics.median(times)
 
 

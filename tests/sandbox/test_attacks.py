@@ -9,21 +9,16 @@ in test_layers.py); every attack runs under `slow`."""
 from __future__ import annotations
 
 import itertools
-import tempfile
-import warnings
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
 from service import sandbox
 from service.config import Settings
-from service.main import create_app
+from tests._service import TestClient, thread_client
 
 from .kernels import CPU_S, EXPECTED, MEMORY_BYTES, WALL_S, attack_lines, one_device
 
@@ -32,29 +27,22 @@ pytestmark = pytest.mark.skipif(FOUND.seccomp is not None, reason=f"seccomp unav
 _fresh = itertools.count(2)  # each clean compile adds a new constant: a new module, no cache hit
 
 
-def _app(artifacts: str, wall_s: float, **settings: Any) -> TestClient:
+def _app(wall_s: float, **settings: Any) -> AbstractContextManager[TestClient]:
     settings.setdefault("compile_timeout_s", 900)
-    config = Settings(
-        pool_kind="thread",
-        pool_size=1,
-        artifact_dir=artifacts,
-        run_check_cpu_s=CPU_S,
-        run_check_wall_s=wall_s,
-        run_check_memory_bytes=MEMORY_BYTES,
-        **settings,
+    return thread_client(
+        run_check_cpu_s=CPU_S, run_check_wall_s=wall_s, run_check_memory_bytes=MEMORY_BYTES, **settings
     )
-    return TestClient(create_app(config), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with tempfile.TemporaryDirectory() as artifacts, _app(artifacts, 600) as c:
+    with _app(600) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def short_wall_client() -> Iterator[TestClient]:
-    with tempfile.TemporaryDirectory() as artifacts, _app(artifacts, WALL_S) as c:
+    with _app(WALL_S) as c:
         yield c
 
 
@@ -110,7 +98,7 @@ def test_readyz_names_the_active_layers(client: TestClient) -> None:
 
 
 def test_sandbox_off_is_said_and_the_check_still_runs() -> None:
-    with tempfile.TemporaryDirectory() as artifacts, _app(artifacts, 600, compile_sandbox="off") as c:
+    with _app(600, compile_sandbox="off") as c:
         assert c.get("/readyz").json()["sandbox"] == {"mode": "off", "layers": [], "unavailable": {}}
         response = c.post("/compile", json={"module": one_device(), "default_device": "cpu", "run_check": True})
         assert response.status_code == 200, response.text
@@ -147,7 +135,7 @@ def _filtered(pids: list[int]) -> bool:
 @pytest.mark.slow
 def test_the_check_ends_within_the_compile_time_limit_and_names_its_wall_clock(tmp_path: Path) -> None:
     # A compile limit of 40 s and a check allowed 600 s: the check gets what is left of the 40 s.
-    with _app(str(tmp_path / "artifacts"), 600, compile_timeout_s=40) as c:
+    with _app(600, artifact_dir=str(tmp_path / "artifacts"), compile_timeout_s=40) as c:
         module = one_device(attack_lines("sleep"))
         response = c.post("/compile", json={"module": module, "default_device": "cpu", "run_check": True})
         assert response.status_code == 504, response.text

@@ -5,30 +5,22 @@ default schedule, and a kernel dlight cannot schedule is a located 422."""
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
 from service import sandbox
 from service.config import Settings
-from service.main import create_app
+from tests._service import TestClient, thread_client
 
 from .kernels import def_line, one_device, two_devices
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with tempfile.TemporaryDirectory() as artifacts:
-        settings = Settings(pool_kind="thread", pool_size=1, artifact_dir=artifacts)
-        with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-            yield c
+    with thread_client() as c:
+        yield c
 
 
 def _compile(client: TestClient, module: str, **fields: Any) -> Any:

@@ -6,8 +6,6 @@ the modules the tests build is refused."""
 from __future__ import annotations
 
 import json
-import tempfile
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,17 +15,12 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
 import relay
 import tvm_bridge
 from relay.span import ParseError
-from service.config import Settings
-from service.main import create_app
 from service.relax_planning import plan_relax
 from solver import PlanConfig
+from tests._service import TestClient, thread_client
 from tests.sandbox.kernels import one_device, two_devices
 from tvm_bridge.json_guard import JSON_SOURCE_NAME, check_json_graph, load_checked_json, registered_axes
 from tvm_bridge.relax_plan import read_relax
@@ -51,10 +44,8 @@ def _with_axis(text: str, name: str) -> tuple[str, int]:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with tempfile.TemporaryDirectory() as artifacts:
-        settings = Settings(pool_kind="thread", pool_size=1, artifact_dir=artifacts)
-        with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-            yield c
+    with thread_client() as c:
+        yield c
 
 
 # ----------------------------------------------------------------- the axes

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,8 +13,7 @@ import pytest
 
 from service.auth import is_loopback, serve_refusal
 from service.config import Settings
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._service import run_devplan
 
 
 @pytest.mark.parametrize(
@@ -60,15 +57,7 @@ def _clean_env(**values: str) -> dict[str, str]:
 
 def _serve(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # The timeout only stops a server that wrongly started; the assertions are on the exit.
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_devplan("serve", *argv, env=env, timeout=120)
 
 
 def _free_port() -> str:

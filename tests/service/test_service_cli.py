@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,7 @@ import pytest
 import relay
 from service.cli import main, parse_bytes
 from service.examples import BIG_HEAD, CONFLICT, CPU_ANNOTATION, HEAD_PINS, PLAIN, SMALL_CNN
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._service import run_devplan
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -26,15 +24,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 def devplan(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real console entry point in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    return run_devplan(*argv, stdin=stdin)
 
 
 @pytest.fixture

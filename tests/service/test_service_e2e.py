@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,20 +15,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from service.examples import PLAN_EXAMPLES
+from tests._service import run_devplan
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli_plan(module: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", "plan", "-", *flags],
-        input=module,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    return run_devplan("plan", "-", *flags, stdin=module)
 
 
 def cli_flags(request: dict[str, Any]) -> list[str]:
