@@ -18,8 +18,9 @@ three maps (GPU budget 0.25, 0.5, 0.75 of the parameter bytes),
 Part 2, the same architecture at Llama-2-7B's width built with
 `tvm.relax.frontend.nn` (scripts/llama_nn.py; hidden 4096, 32 heads, float16)
 at 8, 16 and 32 layers under the same three budget fractions: solve seconds,
-peak memory (the planning process's maximum RSS, each case in a fresh
-process), gap and predicted ms against the layer count.
+peak memory (the maximum RSS of a fresh process that imports TVM, builds the
+module and plans it: TVM and the module are most of it), gap and predicted
+ms against the layer count.
 
 Every plan runs with the default time limit (10 s) unless `--timeout-ms`.
 
@@ -65,6 +66,7 @@ class PlanRow:
     groups: int
     embedding_device: str | None
     seconds: float
+    method: str = ""
     failure: str | None = None  # the problem's kind and first line when it did not plan
 
 
@@ -103,6 +105,7 @@ def plan_row(text: str, budget: int, pins: Sequence[Mapping[str, Any]], timeout_
         len(groups),
         gather_device(outcome.placements or []),
         seconds,
+        str(cost.get("method", "")),
     )
 
 
@@ -164,7 +167,7 @@ def public_part(timeout_ms: int) -> str:
             "-" if ours.gap is None else f"{ours.gap * 100:.2f}%",
             "-" if ours.copies is None else str(ours.copies),
             _groups(ours), "yes" if ours.embedding_device == "cpu" else "no",
-            f"{ours.seconds:.2f}", ratio,
+            f"{ours.seconds:.2f}", ratio, ours.method,
         ])
         if theirs.failure:
             details.append(f"- {entry['fraction']:.2f}: accelerate's map: {theirs.failure}")
@@ -173,7 +176,7 @@ def public_part(timeout_ms: int) -> str:
         details.append(f"- {entry['fraction']:.2f}: our groups on the GPU: {', '.join(ours.gpu_groups) or 'none'}"
                        + (f"; split: {', '.join(ours.split_groups)}" if ours.split_groups else ""))
     head = ["budget", "acc. ms", "acc. fits", "acc. GPU groups", "our ms", "bound ms", "gap", "copies",
-            "our GPU groups", "embedding on cpu", "solve s", "ours / acc."]
+            "our GPU groups", "embedding on cpu", "solve s", "ours / acc.", "method"]
     return _table(head, rows) + "\n\n" + "\n".join(details)
 
 
@@ -197,10 +200,9 @@ def _plan_7b(layers: int, fraction: float, timeout_ms: int, out: Any) -> None:
 
     shape = llama_nn.LlamaShape(layers=layers)
     text = tvm.ir.save_json(llama_nn.build(shape))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     row = plan_row(text, int(shape.parameter_bytes() * fraction), (), timeout_ms)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out.put((row, before / 1024, peak / 1024, shape.parameter_bytes()))
+    out.put((row, peak / 1024, shape.parameter_bytes()))
 
 
 def scale_part(layer_counts: Sequence[int], timeout_ms: int) -> str:
@@ -212,18 +214,18 @@ def scale_part(layer_counts: Sequence[int], timeout_ms: int) -> str:
             queue = ctx.Queue()
             proc = ctx.Process(target=_plan_7b, args=(layers, fraction, timeout_ms, queue))
             proc.start()
-            row, before_mb, peak_mb, nbytes = queue.get()
+            row, peak_mb, nbytes = queue.get()
             proc.join()
             rows.append([
                 str(layers), f"{nbytes / 1e9:.2f}", f"{fraction:.2f}", f"{row.seconds:.2f}",
-                f"{peak_mb:.0f} ({peak_mb - before_mb:+.0f})",
+                f"{peak_mb:.0f}",
                 "-" if row.gap is None else f"{row.gap * 100:.2f}%",
                 _ms(row.predicted_ms), _ms(row.bound_ms), _groups(row),
                 "yes" if row.embedding_device == "cpu" else "no",
             ])
             if row.failure:
                 failures.append(f"- {layers} layers at {fraction:.2f}: {row.failure}")
-    head = ["layers", "param GB", "budget", "solve s", "peak MB (plan)", "gap", "predicted ms", "bound ms",
+    head = ["layers", "param GB", "budget", "solve s", "peak RSS MB", "gap", "predicted ms", "bound ms",
             "GPU groups", "embedding on cpu"]
     return _table(head, rows) + ("\n\n" + "\n".join(failures) if failures else "")
 

@@ -11,8 +11,8 @@ and bound needs tens of seconds to close it (the eight near-identical
 layers make it search many equivalent plans). A dynamic program sees
 equivalent plans as one point.
 
-The program walks the classes in a path order (each producer right before
-its first consumer, `path_order`); the *frontier* at a step is the set of
+The program walks the classes in the search's topological order (each
+producer right before its first consumer, `search.topological_order`); the *frontier* at a step is the set of
 classes already placed that still have an edge to a class not yet placed,
 and its devices are the DP state. Each state keeps the Pareto set of
 (run time, bytes on the budgeted device) of the partial plans reaching it.
@@ -38,7 +38,8 @@ Two passes:
   other class re-placed by the exact program (run times and copies as
   priced), which is then optimal for that choice of heavy kernels.
 
-Both passes stop at `POINT_CAP` points or the deadline, leaving the bound
+Both passes stop at their point cap (`_cap`: what the time left affords at
+the throughput measured so far, within `POINT_CAP`) or the deadline, leaving the bound
 they proved so far; `offload_search` returns None where it does not apply
 (other device sets, several budgets, a frontier wider than `MAX_FRONTIER`).
 """
@@ -49,6 +50,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,14 +58,19 @@ import numpy as np
 
 from ..deadline import Deadline
 from .problem import Problem, Weights, budget_violations, evaluate
+from .search import topological_order
 
 log = logging.getLogger(__name__)
 
 # At most 2**MAX_FRONTIER states per step.
 MAX_FRONTIER = 14
 # Pareto points one pass may keep over all its steps, and at one step.
-POINT_CAP = 5_000_000
-STEP_CAP = 400_000
+# Points a pass may keep (over all its steps; a tenth of that at one step):
+# what the time left affords, at least the first, at most the second (the
+# history of a pass takes 5 bytes a point).
+POINT_CAP = (5_000_000, 40_000_000)
+# Points per second assumed before a pass has measured it.
+THROUGHPUT = 3_000_000
 # A class is light when its two kernel times differ by at most this share of
 # the incumbent's run time (its choice of device moves the total by less).
 LIGHT_SHARE = 1e-3
@@ -103,36 +110,6 @@ class OffloadResult:
 
 # ---------------------------------------------------------------------------
 # The path order and its frontiers
-
-
-def path_order(problem: Problem) -> list[int]:
-    """Depth-first post-order from the classes nothing consumes, over their
-    producers: every producer right before its first consumer, so a weight
-    sits next to its kernel and a layer's classes stay together
-    (iterative)."""
-    n = len(problem.allowed)
-    producers: list[list[int]] = [[] for _ in range(n)]
-    consumed = [False] * n
-    for u, v, _b, _uses in problem.edges:
-        producers[u].append(v)
-        consumed[v] = True
-    seen = [False] * n
-    order: list[int] = []
-    for root in [*(c for c in range(n) if not consumed[c]), *range(n)]:
-        if seen[root]:
-            continue
-        seen[root] = True
-        stack = [(root, iter(producers[root]))]
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                order.append(node)
-            elif not seen[nxt]:
-                seen[nxt] = True
-                stack.append((nxt, iter(producers[nxt])))
-    return order
 
 
 @dataclass
@@ -344,6 +321,7 @@ def _forward(
     fewest: list[np.ndarray],
     deadline: Deadline,
     coarse_ns: float = 1.0,
+    cap: int = POINT_CAP[0],
 ) -> _Pass:
     """The Pareto program (vectorised per step): the least run time of a plan
     whose bytes fit `budget`, if it is at most `target`. With `coarse_ns` >
@@ -397,7 +375,7 @@ def _forward(
         history.append((parent, bits))
         state, nbytes, ns = t, b, cost
         total += len(t)
-        if total > POINT_CAP or len(t) > STEP_CAP:
+        if total > cap or len(t) > cap // 10:
             return _Pass("stopped", points=total)
     i = int(np.argmin(ns))
     found = float(ns[i])
@@ -465,7 +443,7 @@ def offload_search(
     if pair is None:
         return None
     g, c = pair
-    order = path_order(problem)
+    order = topological_order(problem)
     shape = _frontiers(problem, order)
     if shape is None:
         log.debug("offload DP: frontier wider than %d", MAX_FRONTIER)
@@ -495,6 +473,7 @@ def offload_search(
     window = FIRST_WINDOW
     stops = 0
     completed: list[tuple[float, int]] = []  # (target, points) of the passes that found nothing
+    rate = float(THROUGHPUT)  # points a second, as the passes measure it
     while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
         low = bound()
         if low >= goal() or not math.isfinite(low):
@@ -502,7 +481,8 @@ def offload_search(
         high = min(top, best_ns)
         if high - low <= NARROWEST * max(low, 1.0):
             break
-        target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed))
+        cap = _cap(deadline, rate)
+        target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed, cap))
         ran = stopped = pending = False
         for case in sorted(cases, key=lambda k: k.lower):
             if case.done or case.lower >= target:
@@ -510,7 +490,13 @@ def offload_search(
             pending = True
             if not case.suffix and not _prepare(relaxed, case, target):
                 continue  # its own bounds put it at or above the target
-            outcome = _forward(relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline)
+            began = time.perf_counter()
+            outcome = _forward(
+                relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline, cap=cap
+            )
+            took = time.perf_counter() - began
+            if outcome.points > 100_000 and took > 0:
+                rate = outcome.points / took
             passes += 1
             ran = True
             log.debug("offload DP: %s target %.0f: %s (%d points)", case.name, target, outcome.status, outcome.points)
@@ -544,10 +530,17 @@ def offload_search(
     return OffloadResult(max(bound_out, bound_ns), found, passes)
 
 
-def _affordable(completed: Sequence[tuple[float, int]]) -> float:
+def _cap(deadline: Deadline, rate: float) -> int:
+    """The points a pass may keep: half of what the time left affords at
+    `rate` points a second, within POINT_CAP."""
+    low, high = POINT_CAP
+    return int(min(high, max(low, rate * deadline.remaining_ms() / 2000)))
+
+
+def _affordable(completed: Sequence[tuple[float, int]], cap: int) -> float:
     """The target a pass can afford: points grow about exponentially with
     the target, so the last two passes that completed (target, points) give
-    the target at which a pass would reach most of POINT_CAP (inf before two
+    the target at which a pass would reach most of `cap` (inf before two
     passes, or when the points did not grow)."""
     if len(completed) < 2:
         return math.inf
@@ -555,7 +548,7 @@ def _affordable(completed: Sequence[tuple[float, int]]) -> float:
     if t1 <= t0 or p1 <= p0 or p0 <= 0:
         return math.inf
     rate = math.log(p1 / p0) / (t1 - t0)
-    return t1 + math.log(0.8 * POINT_CAP / p1) / rate
+    return t1 + math.log(0.8 * cap / p1) / rate
 
 
 def _fits_keys(problem: Problem, g: int, c: int) -> bool:

@@ -12,6 +12,7 @@ import pytest
 from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import DeviceProfile
+from solver.optimize.search import topological_order
 from solver.optimize.search_dp import (
     _build,
     _cases,
@@ -19,7 +20,6 @@ from solver.optimize.search_dp import (
     _lagrangian,
     _pair,
     offload_search,
-    path_order,
 )
 from tests.solver.test_optimize_search import random_problem
 
@@ -106,7 +106,7 @@ def test_knapsack_bound_beats_the_lagrangian() -> None:
     least = least_run_time(problem, weights)
     assert least is not None
     g, c = _pair(problem) or (0, 0)
-    order = path_order(problem)
+    order = topological_order(problem)
     shape = _frontiers(problem, order)
     assert shape is not None
     (case, *_) = _cases(problem, order, g, c, 0.0)
