@@ -3,7 +3,6 @@ parameter and the operators that read it, through layout-only operators."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,13 +10,7 @@ import pytest
 
 import relay
 import solver
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-from service.config import Settings
-from service.main import create_app
+from tests._service import TestClient, thread_client
 
 # Two "layers": l0 reads its weight through a transpose (as Relax's
 # matmul(x, permute_dims(w)) comes out), l1 reads its weight directly.
@@ -151,7 +144,7 @@ def test_pattern_pins_in_optimize_mode() -> None:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(pool_kind="thread", pool_size=1)), raise_server_exceptions=False) as c:
+    with thread_client() as c:
         yield c
 
 
