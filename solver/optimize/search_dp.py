@@ -36,12 +36,15 @@ Two passes:
   the target itself a bound.
 - The plan: the heavy kernels where the relaxed optimum puts them, every
   other class re-placed by the exact program (run times and copies as
-  priced), which is then optimal for that choice of heavy kernels.
+  priced; points within `POLISH_COARSE` of each other in time collapse, so
+  the completion is near-optimal for that choice of heavy kernels, not
+  proven).
 
 Both passes stop at their point cap (`_cap`: what the time left affords at
 the throughput measured so far, within `POINT_CAP`) or the deadline, leaving the bound
 they proved so far; `offload_search` returns None where it does not apply
-(other device sets, several budgets, a frontier wider than `MAX_FRONTIER`).
+(other device sets, several budgets, a frontier wider than `MAX_FRONTIER`,
+run times or budgets past the Pareto keys).
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ log = logging.getLogger(__name__)
 
 # At most 2**MAX_FRONTIER states per step.
 MAX_FRONTIER = 14
-# Pareto points one pass may keep over all its steps, and at one step.
 # Points a pass may keep (over all its steps; a tenth of that at one step):
 # what the time left affords, at least the first, at most the second (the
 # history of a pass takes 5 bytes a point).
@@ -109,7 +111,7 @@ class OffloadResult:
 
 
 # ---------------------------------------------------------------------------
-# The path order and its frontiers
+# Steps and frontiers
 
 
 @dataclass
