@@ -1,7 +1,9 @@
 """Compile a lowered Relax module for its virtual devices, export it, and
 run it on the Relax VM.
 
-Pipeline: `RealizeVDevice` (propagate the plan's devices), `LegalizeOps`,
+Pipeline: `RealizeVDevice` (propagate the plan's devices), the dtype rewrites
+of `build_rewrites` (operators TVM 0.27's llvm codegen cannot build on `bool`,
+computed on integers), `LegalizeOps`,
 then `bind_kernel_targets` (some TVM 0.27 legalizations, conv2d and softmax
 among them, drop the vdevice from their output type, which would leave
 their kernels without a target and their outputs on the default device),
@@ -23,6 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .build_rewrites import rewrite_for_build
 from .errors import BridgeError
 from .lower import vdevices_of
 from .targets import TargetSpec, target_map
@@ -341,6 +344,7 @@ def compile(
     try:
         start = time.perf_counter()
         mod = relax.transform.RealizeVDevice()(relax_mod) if vdevs else relax_mod
+        mod = rewrite_for_build(mod)
         mod = relax.transform.LegalizeOps()(mod)
         mod = bind_kernel_targets(mod)
         timings["legalize_s"] = time.perf_counter() - start
