@@ -323,6 +323,8 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
         "sandbox": list(config.layers),
         "cpu_s": ran.cpu_s,
         "peak_bytes": ran.peak_bytes,
+        "peak_data_bytes": ran.peak_data_bytes,
+        "wall_s": ran.wall_s,
     }
 
 

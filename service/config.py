@@ -10,10 +10,10 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.sandbox import Limits
+from service.sandbox import COMPILE_TIMEOUT_S, Limits
 from service.units import coerce_bytes
 
-# The run check's default limits (service/sandbox.py says how they were measured).
+# The run check's default limits (service/sandbox.py says how they, and COMPILE_TIMEOUT_S, were measured).
 _RUN_CHECK = Limits()
 # Byte sizes: an integer or `32MiB`, `8GiB`, ... (service.units), as in requests and flags.
 Bytes = Annotated[int, BeforeValidator(coerce_bytes)]
@@ -62,9 +62,10 @@ class Settings(BaseSettings):
         10, ge=0, description="On SIGTERM, how long uvicorn waits for in-flight requests before closing them."
     )
     compile_timeout_s: float = Field(
-        300.0,
+        COMPILE_TIMEOUT_S,
         gt=0,
-        description="POST /compile: each compile runs in its own process, killed past this (504).",
+        description="POST /compile: each compile runs in its own process, killed past this (504); it "
+        "bounds the run check too. The default lets every corpus model's compile and check pass.",
     )
     compile_workers: int = Field(
         1, ge=1, description="POST /compile: compiles that may run at the same time."

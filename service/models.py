@@ -655,6 +655,14 @@ class CompileCheck(BaseModel):
         description="Peak resident memory of the sandboxed check, sampled every 20 ms "
         "(DEVPLAN_RUN_CHECK_MEMORY_BYTES bounds its data segment).",
     )
+    peak_data_bytes: int | None = Field(
+        None,
+        description="Largest data segment of the sandboxed check, sampled every 20 ms: what "
+        "DEVPLAN_RUN_CHECK_MEMORY_BYTES (RLIMIT_DATA) limits, often well above the resident peak.",
+    )
+    wall_s: float | None = Field(
+        None, description="Seconds the sandboxed check took (against DEVPLAN_RUN_CHECK_WALL_S)."
+    )
 
 
 class CompileReport(BaseModel):
