@@ -1,6 +1,7 @@
 """Corpus models end to end: two-CPU plans against the single-device build,
 llvm+cuda plans compiled (CUDA kernels checked with nvcc), GPU runs where
-a GPU exists. mlp, dqn and resnet18 run by default, the rest under `slow`."""
+a GPU exists. mlp, dqn and resnet18 run by default, the rest under `slow`
+(the two-CPU plans of the rest in tests/sandbox/test_corpus_checks.py)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,6 @@ OTHER_MODELS = [
     "resnet18.fused",
     "squeezenet.bound",
 ]
-MODELS = [pytest.param(m) for m in DEFAULT_MODELS] + [
-    pytest.param(m, marks=pytest.mark.slow) for m in OTHER_MODELS
-]
-
 PLANNED = ["mlp.annotated.planned", "resnet18.annotated.planned"]
 OTHER_PLANNED = [
     f"{m}.planned"
@@ -63,7 +60,9 @@ def _prefix_length(module: ast.Module) -> int:
     return max(count, 2)
 
 
-@pytest.mark.parametrize("model", MODELS)
+# The slow models' same two-CPU pair is built, run (in the sandbox) and checked the same way
+# by tests/sandbox/test_corpus_checks.py, once per slow stage.
+@pytest.mark.parametrize("model", DEFAULT_MODELS)
 def test_two_cpu_plan_matches_single_device_build(model: str) -> None:
     module = load_corpus(f"{model}.relay")
     planned = split_plan(module, _prefix_length(module))
