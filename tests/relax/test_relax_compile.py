@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.main import create_app
+from tests._service import TestClient, thread_client
 
 from .corpus import MODELS, path_of
 
@@ -33,12 +32,10 @@ LIMITS = (
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def client() -> Iterator[TestClient]:
     """One service for all the models (its sandbox probed once), with the limits at
     their defaults whatever the environment says."""
-    settings = Settings(pool_kind="thread", pool_size=1, artifact_dir=tmp_path_factory.mktemp("artifacts"))
-    settings = settings.model_copy(update={name: Settings.model_fields[name].default for name in LIMITS})
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+    with thread_client(**{name: Settings.model_fields[name].default for name in LIMITS}) as c:
         yield c
 
 
