@@ -130,3 +130,33 @@ def test_the_attention_mask_builds_on_a_vdevice_and_keeps_it() -> None:
 def test_a_module_without_table_operators_is_left_as_it_is() -> None:
     mod = _module(lambda x, y: R.logical_and(x, y), PAIR)
     assert rewrite_for_build(mod) is mod
+
+
+# GPT-2's mask in small, as TVM prints it: token ids -> not padding -> running "seen a
+# token" flag (a bool cumsum) -> equal of its rows and columns (a bool equal).
+MASK = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(ids: R.Tensor((1, 6), dtype="int64")) -> R.Tensor((6, 6), dtype="bool"):
+        with R.dataflow():
+            lv: R.Tensor((1, 6), dtype="bool") = R.not_equal(ids, R.const(1, "int64"))
+            lv1: R.Tensor((1, 6), dtype="bool") = R.cumsum(lv, axis=-1, dtype=None, exclusive=False)
+            lv2: R.Tensor((6, 1), dtype="bool") = R.reshape(lv1, R.shape([6, 1]))
+            lv3: R.Tensor((1, 6), dtype="bool") = R.reshape(lv1, R.shape([1, 6]))
+            gv: R.Tensor((6, 6), dtype="bool") = R.equal(lv2, lv3)
+            R.output(gv)
+        return gv
+"""
+
+
+def test_compile_builds_the_mask_and_its_run_check_passes() -> None:
+    """`/compile` for the cpu: the plan builds and so does the run check's reference (the
+    module without devices, which plain TVM cannot build either)."""
+    from tests._service import thread_client
+
+    with thread_client() as client:
+        r = client.post("/compile", json={"module": MASK, "default_device": "cpu", "run_check": True})
+    assert r.status_code == 200, r.text
+    check = r.json()["report"]["check"]
+    assert check["max_abs_error"] == 0.0
