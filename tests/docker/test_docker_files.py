@@ -255,6 +255,19 @@ def test_compose_service() -> None:
     assert svc["stop_signal"] == "SIGTERM"
 
 
+def test_compose_farm_worker_outlasts_its_compile_limit() -> None:
+    """SIGTERM lets a worker finish its job: the runtime must wait longer than the compile
+    limit the farm runs with, which must let the corpus's largest run checks finish."""
+    from service.config import Settings
+
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
+    worker = compose["services"]["farm-worker"]
+    limit = int(worker["environment"]["DEVPLAN_COMPILE_TIMEOUT_S"])
+    assert limit >= Settings().compile_timeout_s, "the farm cuts compiles shorter than the default"
+    assert int(worker["stop_grace_period"].rstrip("s")) > limit
+    assert worker["stop_signal"] == "SIGTERM"
+
+
 def test_compose_reverse_proxy_example_is_complete() -> None:
     """The commented two-replica example and the nginx file it mounts agree."""
     text = (DOCKER / "compose.yaml").read_text(encoding="utf-8")
