@@ -253,7 +253,10 @@ def _build(
         if missing:
             check = {"skipped": f"device(s) {', '.join(missing)} not present on the server"}
         else:
-            check = run_check(job, compiled, reference(), inputs)
+            # The reference is the caller's module built again (without devices): it can fail
+            # where the planned one did not (a kernel named like a function of the module).
+            built_reference, _ = _bridge_step(reference, COMPILE_FAILED.slug)
+            check = run_check(job, compiled, built_reference, inputs)
     return {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),

@@ -206,6 +206,16 @@ def bind_kernel_targets(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination()(mod)
 
 
+# Passes no compile runs. FoldConstant builds each kernel whose inputs are all constant for
+# llvm and *calls* it in the compiling process, to fold its result: for a caller's own
+# `T.prim_func` that runs the caller's code outside the run check's sandbox (a kernel
+# calling `system()` on a constant). TVM's default pipeline for a single GPU target
+# (tvm.compile with a cuda target, as a run check's reference builds it when the request
+# maps `cpu` to a GPU target) and its "zero" pipeline run it; the constants are computed
+# at run time instead.
+NEVER_RUN_PASSES = ("FoldConstant",)
+
+
 def _multi_device_pipeline() -> Any:
     """TVM's default Relax build pipeline without `StaticPlanBlockMemory`.
 
@@ -357,7 +367,8 @@ def compile(
             timings["schedule_s"] = time.perf_counter() - start
         start = time.perf_counter()
         pipeline = _multi_device_pipeline() if len(vdevs) > 1 or _has_if(mod) else "default"
-        executable = tvm.compile(mod, target=single, relax_pipeline=pipeline)
+        with tvm.transform.PassContext(disabled_pass=NEVER_RUN_PASSES):
+            executable = tvm.compile(mod, target=single, relax_pipeline=pipeline)
         timings["build_s"] = time.perf_counter() - start
     except BridgeError:
         raise

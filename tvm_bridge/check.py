@@ -4,6 +4,7 @@ annotations, built for one CPU, must compute the same result."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -122,19 +123,29 @@ def random_inputs(func: ast.Function, seed: int = 0) -> list[np.ndarray]:
                 p.span,
             )
         shape = tuple(d.value if isinstance(d, ast.IntImm) else int(d) for d in ty.shape)  # type: ignore[arg-type]
-        if ty.dtype == "bool":
-            out.append(np.array(rng.random(shape) < 0.5))
-            continue
-        if np.issubdtype(np.dtype(ty.dtype), np.integer):
-            out.append(rng.integers(0, 2, size=shape).astype(ty.dtype))
-            continue
-        value = rng.standard_normal(shape).astype(ty.dtype)
-        if re.search(r"(moving_var|_var$)", p.name):
-            value = np.abs(value) + 0.5
-        elif len(shape) > 1 and p.name != "data":
-            value *= 1.0 / np.sqrt(max(1, int(np.prod(shape[1:]))))
-        out.append(value)
+        try:
+            out.append(_random_input(rng, p.name, shape, ty.dtype))
+        except (ValueError, MemoryError):  # numpy cannot hold it (`2 ** 62` floats), or not here
+            size = math.prod(shape) * np.dtype(ty.dtype).itemsize
+            raise CheckInputError(
+                f"parameter %{p.name} ({ty}) is too large for the run check's random inputs "
+                f"({size} bytes): turn the run check off",
+                p.span,
+            ) from None
     return out
+
+
+def _random_input(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return np.array(rng.random(shape) < 0.5)
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    value = rng.standard_normal(shape).astype(dtype)
+    if re.search(r"(moving_var|_var$)", name):
+        value = np.abs(value) + 0.5
+    elif len(shape) > 1 and name != "data":
+        value *= 1.0 / np.sqrt(max(1, int(np.prod(shape[1:]))))
+    return value
 
 
 def max_abs_error(a: Any, b: Any) -> float:

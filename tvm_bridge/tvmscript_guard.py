@@ -423,10 +423,13 @@ class _Checker:
             if len(stmt.targets) != 1:
                 raise _Refused(stmt, "chained assignment is not allowed in TVMScript")
             self._expressions([stmt.value], scope)
+            _no_python_sequence(stmt.value)
             self._target(stmt.targets[0], scope)
             return []
         if isinstance(stmt, ast.AnnAssign):
             self._expressions([stmt.annotation] + ([stmt.value] if stmt.value is not None else []), scope)
+            if stmt.value is not None:
+                _no_python_sequence(stmt.value)
             self._target(stmt.target, scope)
             return []
         if isinstance(stmt, ast.Return):
@@ -717,7 +720,10 @@ MAX_LITERAL_EXPONENT = 64
 def _arithmetic(node: ast.BinOp) -> None:
     """Refuse what would make TVM's parser compute a huge Python value (it folds
     literals as Python does): repeating a sequence literal (`[0] * 10**9`), a
-    power or shift by anything but a small int literal (`10 ** 10 ** 9`)."""
+    power or shift by anything but a small int literal (`10 ** 10 ** 9`), a
+    power of anything but a number literal (`((2 ** 64) ** 64) ** 64 ...`:
+    each level multiplies the digits by 64; five levels took TVM's parser 9 s,
+    six would need 8 GiB)."""
     sequences = (ast.List, ast.Tuple, ast.Dict, ast.JoinedStr)
     if isinstance(node.op, ast.Mult) and any(
         isinstance(side, sequences) or (isinstance(side, ast.Constant) and isinstance(side.value, str | bytes))
@@ -734,6 +740,42 @@ def _arithmetic(node: ast.BinOp) -> None:
         )
         if not small:
             raise _Refused(node, f"`**` and `<<` need a literal integer of at most {MAX_LITERAL_EXPONENT} on the right in TVMScript")
+    if isinstance(node.op, ast.Pow) and not _is_number_literal(node.left):
+        raise _Refused(node.left, "`**` needs a number literal on the left in TVMScript (`2 ** 16`)")
+
+
+def _is_number_literal(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool)
+
+
+def _no_python_sequence(value: ast.expr) -> None:
+    """Refuse an assignment whose value would be a Python string, list, dict or
+    set: TVM's Relax parser binds such a value to the name as it is (numbers and
+    tuples become Relax values), and its TIR parser turns a list into IR element
+    by element, so `l1 = l0 + l0` repeated, or `m = l * 10 ** 7`, grows without
+    bound from a few lines (24 doublings of `[1]` hold 255 MiB; TIR's `[1] *
+    10 ** 7` kept its parser busy past a minute). TVM never prints such an
+    assignment: its strings, lists and dicts are arguments of TVMScript calls
+    (`T.axis.remap("SS", [i, j])`) or subscripts (`metadata["..."][0]`), which
+    this does not look into."""
+    work = [value]
+    while work:
+        node = work.pop()
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) or isinstance(
+            node, ast.List | ast.Dict | ast.Set
+        ):
+            what = "a string" if isinstance(node, ast.Constant) else _describe(node)
+            raise _Refused(
+                node, f"{what} is not allowed as (part of) an assigned value in TVMScript: only as a call's argument"
+            )
+        if isinstance(node, ast.Call):
+            continue  # its arguments are a TVMScript function's to read
+        if isinstance(node, ast.Subscript):
+            work.append(node.value)  # an index is read by the subscripted value
+            continue
+        work.extend(ast.iter_child_nodes(node))
 
 
 def _bound_anywhere(func: ast.FunctionDef) -> frozenset[str]:
@@ -828,6 +870,8 @@ _DESCRIPTIONS = {
     "Yield": "`yield`",
     "YieldFrom": "`yield from`",
     "Set": "a set",
+    "List": "a list",
+    "Dict": "a dict",
     "Import": "`import`",
     "ImportFrom": "`import`",
     "Global": "`global`",

@@ -17,6 +17,8 @@ ATTACKS: dict[str, str] = {
     "system": 'T.evaluate(T.call_extern("int32", "system", "touch {path}"))',
     "fopen": 'T.evaluate(T.call_extern("handle", "fopen", "{path}", "w"))',
     "socket": 'T.evaluate(T.call_extern("int32", "socket", 2, 1, 0))',
+    # A registered global function named by a string: TVM's own module loader (dlopen)
+    "load-module": 'T.evaluate(T.call_packed("ffi.ModuleLoadFromFile", "/tmp/devplan-no-such.so"))',
     "fork": 'for j in range(1000000):\n    T.evaluate(T.call_extern("int32", "fork"))',
     # TVM's own workspace allocator (LLVM cannot drop an allocation it does not know), each
     # block written so it is resident: it grows until the data limit. A millisecond's pause
@@ -117,6 +119,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "system": ("run-check-failed", "seccomp (SIGSYS)"),
     "fopen": ("run-check-failed", "seccomp (SIGSYS)"),
     "socket": ("run-check-failed", "seccomp (SIGSYS)"),
+    "load-module": ("run-check-failed", "seccomp (SIGSYS)"),
     "fork": ("run-check-failed", "seccomp (SIGSYS)"),
     "alloc": ("run-check-failed", "memory limit 512 MiB"),
     "busy": ("run-check-failed", f"cpu limit {CPU_S} s"),

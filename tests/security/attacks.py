@@ -283,6 +283,66 @@ ATTACKS: tuple[Attack, ...] = (
         "cls.__dict__",
         "starting with `_`",
     ),
+    # Python's parser normalises identifiers (NFKC): full-width letters name the builtins.
+    Attack(
+        "nfkc-builtin",
+        _relax('        y = \uff45\uff58\uff45\uff43("open(\'{marker}\', \'w\')")\n        return y\n'),
+        "\uff45\uff58\uff45\uff43",
+        "`exec`",
+    ),
+    Attack(
+        "nfkc-dunder",
+        _relax('        y = __\uff49\uff4d\uff50\uff4f\uff52\uff54__("os").system("touch {marker}")\n        return x\n'),
+        "__\uff49",
+        "`__import__`",
+    ),
+    Attack(
+        "nfkc-namespace-attribute",
+        _relax('        y = R.\uff49\uff52.builtins.exec("open(\'{marker}\', \'w\')")\n        return y\n'),
+        "R.\uff49\uff52",
+        "`R.ir`",
+    ),
+    # TVM's parser computes Python values: each level of a power of a power multiplies the
+    # digits by 64 (five took it 9 s, six need 8 GiB); Relax binds strings and lists to
+    # names as they are, and TIR turns a list into IR element by element.
+    Attack(
+        "power-of-a-power",
+        _relax("        y = R.const(((((2 ** 64) ** 64) ** 64) ** 64) ** 64)\n        return x\n"),
+        "(((2 ** 64) ** 64) ** 64) ** 64)",
+        "number literal on the left",
+    ),
+    Attack(
+        "string-doubling",
+        _relax('        s0 = "xxxxxxxx"\n' + "".join(f"        s{i + 1} = s{i} + s{i}\n" for i in range(40))
+               + "        return x\n"),
+        '"xxxxxxxx"',
+        "assigned value",
+    ),
+    Attack(
+        "list-doubling",
+        _relax("        l0 = [1]\n" + "".join(f"        l{i + 1} = l{i} + l{i}\n" for i in range(40))
+               + "        return x\n"),
+        "[1]",
+        "assigned value",
+    ),
+    Attack(
+        "string-from-a-slice",
+        _relax('        s = "xx"[0:]\n        t = s * 10 ** 9\n        return x\n'),
+        '"xx"',
+        "assigned value",
+    ),
+    Attack(
+        "string-from-a-tuple",
+        _relax('        s = ("x",)[0]\n        t = s * 10 ** 9\n        return x\n'),
+        '"x",',
+        "assigned value",
+    ),
+    Attack(
+        "prim-func-list-repetition",
+        _PRIM.format(body="            l = [1]\n            m = l * 10 ** 9\n            b[i] = a[i]\n"),
+        "[1]",
+        "assigned value",
+    ),
     Attack(
         "try-statement",
         _relax(f"        try:\n            y = {_SYSTEM}\n        except Exception:\n            pass\n        return x\n"),
