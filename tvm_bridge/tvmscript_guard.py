@@ -760,7 +760,7 @@ def _no_python_sequence(value: ast.expr) -> None:
     assignment: its strings, lists and dicts are arguments of TVMScript calls
     (`T.axis.remap("SS", [i, j])`) or subscripts (`metadata["..."][0]`), which
     this does not look into."""
-    work = [value]
+    work: list[ast.AST] = [value]
     while work:
         node = work.pop()
         if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) or isinstance(
