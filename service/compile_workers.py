@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
-import re
 import shutil
 import signal
 import time
@@ -191,14 +190,9 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
 def kernel_span(source: SourceText | None, name: str) -> Span | None:
     """Where the caller's TVMScript defines the kernel `name` (its `def` line;
     None for JSON input, which has no lines, or a kernel the text does not define)."""
-    if source is None:
-        return None
-    found = re.search(rf"^([ \t]*)def[ \t]+{re.escape(name)}[ \t]*\(", source.text, re.MULTILINE)
-    if found is None:
-        return None
-    line = source.text.count("\n", 0, found.start()) + 1
-    column = len(found.group(1)) + 1
-    return Span(source, line, column, line, column + len("def ") + len(name))
+    from tvm_bridge.kernel_guard import def_span
+
+    return def_span(source, name)
 
 
 def _check_inputs(main: Any | None, name: str) -> Any:

@@ -25,8 +25,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from relay.span import ParseError
+
 from .build_rewrites import rewrite_for_build
-from .errors import BridgeError
+from .errors import BridgeError, TargetError
+from .kernel_guard import REFUSED_TARGET_KINDS, check_kernels
 from .lower import vdevices_of
 from .targets import TargetSpec, target_map
 
@@ -322,6 +325,18 @@ def _gpu_schedule(mod: tvm.IRModule, gpu_target: Any) -> tvm.IRModule:
     return mod
 
 
+def _refuse_source_targets(targets: Sequence[Any]) -> None:
+    """No compile for a target whose host code is C source (kernel_guard: the caller's
+    names and strings would be pasted into it), nor with such a host."""
+    for t in targets:
+        for kind in (t.kind, t.host.kind if t.host is not None else None):
+            if kind is not None and str(kind.name) in REFUSED_TARGET_KINDS:
+                raise TargetError(
+                    f"target kind {kind.name!r} is not accepted for compiling: its code is C source "
+                    "compiled on the server, with the module's names and strings pasted in (use llvm)"
+                )
+
+
 def kernel_name(func: Any, gv: Any) -> str:
     """The name a kernel has in the caller's module (its TVMScript `def` name), for
     one the bridge copied per target (`k_cuda`) too."""
@@ -351,6 +366,11 @@ def compile(
         from .targets import tvm_target
 
         single = tvm_target(spec, cuda_arch=cuda_arch)
+    _refuse_source_targets([single] if single is not None else [vd.target for vd in vdevs])
+    try:
+        check_kernels(relax_mod)  # read_relax checked the caller's text already: the bridge's own check
+    except ParseError as err:
+        raise BridgeError(err.message, err.span) from None
     try:
         start = time.perf_counter()
         mod = relax.transform.RealizeVDevice()(relax_mod) if vdevs else relax_mod

@@ -25,6 +25,7 @@ from relay import ast
 from relay.span import ParseError, SourceText, Span
 
 from .json_guard import load_checked_json
+from .kernel_guard import check_kernels
 from .relax_translate import Translation, real_node, translate
 from .relax_write import CONSTANT_COPY
 from .tvmscript_guard import check_tvmscript, map_column
@@ -52,7 +53,9 @@ def read_relax(text: str, fmt: str = "text") -> tuple[Any, SourceText | None]:
     `json_guard` (TVM's loader trusts its references). Any refusal or TVM
     error is a ParseError, located where the input has a location."""
     if fmt == "json":
-        return _module_of(load_checked_json(text), "the JSON"), None
+        mod = _module_of(load_checked_json(text), "the JSON")
+        check_kernels(mod)
+        return mod, None
     source = SourceText(SOURCE_NAME, text)
     checked = check_tvmscript(text, source)
     # TVM's parser gets only the three TVMScript namespaces (not its default
@@ -78,7 +81,9 @@ def read_relax(text: str, fmt: str = "text") -> tuple[Any, SourceText | None]:
             column = map_column(checked, line, int(found.group("column")))
             span = Span(source, line, column, line, column + 1)
         raise ParseError(f"TVMScript: {_message(message)}", span) from None
-    return _module_of(mod, "the TVMScript"), source
+    mod = _module_of(mod, "the TVMScript")
+    check_kernels(mod, source)
+    return mod, source
 
 
 def _module_of(mod: Any, what: str) -> Any:
