@@ -73,8 +73,9 @@ def _problem(func: Any) -> str | None:
     if symbol is not None and not _C_IDENTIFIER.fullmatch(str(symbol)):
         return f"its global_symbol {str(symbol)!r} is not a C identifier"
     target = attrs.get("target")
-    if target is not None and str(target.kind.name) in REFUSED_TARGET_KINDS:
-        return f"target kind {target.kind.name!r} is not accepted (its code is C source with the kernel's text pasted in)"
+    for t in (target, target.host if target is not None else None):
+        if t is not None and str(t.kind.name) in REFUSED_TARGET_KINDS:
+            return f"target kind {t.kind.name!r} is not accepted (its code is C source with the kernel's text pasted in)"
     graph = json.loads(tvm.ir.save_json(func))
     nodes: list[dict[str, Any]] = graph["nodes"]
     for node in nodes:

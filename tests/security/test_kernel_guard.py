@@ -137,9 +137,9 @@ def test_c_targets_are_refused_for_compiles() -> None:
     mod, _ = read_relax(_kernel())
     with pytest.raises(TargetError, match="target kind 'c' is not accepted"):
         tvm_bridge.compile(strip_devices(mod), {"cpu": "c"})
-    bound = _kernel('T.func_attr({"target": T.target("c")})')
-    with pytest.raises(ParseError, match="target kind 'c' is not accepted"):
-        read_relax(bound)
+    for target in ('T.target("c")', 'T.target({"kind": "llvm", "host": "c"})'):
+        with pytest.raises(ParseError, match="target kind 'c' is not accepted"):
+            read_relax(_kernel(f'T.func_attr({{"target": {target}}})'))
 
 
 def test_a_c_target_over_http_is_a_422() -> None:
