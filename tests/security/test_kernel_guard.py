@@ -20,6 +20,7 @@ import relay
 import tvm_bridge
 from relay.span import ParseError
 from tests._service import thread_client
+from tests.sandbox.kernels import one_device
 from tvm_bridge import TargetError
 from tvm_bridge.kernel_guard import check_kernels
 from tvm_bridge.relax_plan import read_relax, strip_devices
@@ -29,19 +30,6 @@ pytestmark = pytest.mark.tvm
 ROOT = Path(__file__).resolve().parents[2]
 LLVM_ONLY: dict[str | int, str] = {"cpu": "llvm", "cuda": "llvm"}
 
-_MODULE = '''@I.ir_module
-class Module:
-    @T.prim_func
-    def k(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
-{lines}        for i in range(4):
-            y[i] = x[i] + T.float32(1)
-
-    @R.function
-    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
-        cls = Module
-        y = R.call_tir(cls.k, (x,), out_ty=R.Tensor((4,), "float32"))
-        return y
-'''
 # LLVM IR whose constructor calls abort(): a library with it dies as it is loaded.
 _CTOR_IR = (
     "@llvm.global_ctors = appending global [1 x { i32, void ()*, i8* }] "
@@ -50,12 +38,13 @@ _CTOR_IR = (
 
 
 def _kernel(*lines: str) -> str:
-    return _MODULE.format(lines="".join(f"        {line}\n" for line in lines))
+    """tests/sandbox/kernels.py's module: main calls the kernel `k`, `lines` first in it."""
+    return one_device("".join(f"        {line}\n" for line in lines))
 
 
 def _module_with_ctor(pragma: str) -> str:
     """The kernel's loop under `pragma` = the constructor IR (llvm's import pragma)."""
-    return _MODULE.format(lines="").replace(
+    return _kernel().replace(
         "        for i in range(4):\n            y[i]",
         f'        with T.attr(0, "{pragma}", "{_CTOR_IR}"):\n            for i in range(4):\n                y[i]',
     )
@@ -65,7 +54,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "import-llvm": (_module_with_ctor("pragma_import_llvm"), "`pragma_import_llvm` is not accepted"),
     "import-c": (_module_with_ctor("pragma_import_c"), "`pragma_import_c` is not accepted"),
     "import-llvm-annotation": (
-        _MODULE.format(lines="").replace(
+        _kernel().replace(
             "for i in range(4):", f'for i in T.serial(4, annotations={{"pragma_import_llvm": "{_CTOR_IR}"}}):'
         ),
         "`pragma_import_llvm` is not accepted",
@@ -154,7 +143,7 @@ def test_kernels_tvm_makes_pass(corpus_dir: Path) -> None:
     """TVM's own kernels: legalized corpus models (Relax, and a lowered Relay model),
     and the sandbox's kernels (plain loops, s_tir blocks, extern calls)."""
     from tests.sandbox.kernels import ATTACKS as KERNEL_ATTACKS
-    from tests.sandbox.kernels import attack_lines, one_device, two_devices
+    from tests.sandbox.kernels import attack_lines, two_devices
 
     checked = 0
     for name in ("tv_resnet18.json", "hf_bert.json"):
