@@ -19,7 +19,6 @@ def test_there_are_two_or_three_carried_plans() -> None:
         assert (GEN.PLANS_DIR / f"{name}.relay").is_file(), f"run scripts/gen_gpu_plans.py {name}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_carried_plan_equals_a_fresh_plan(name: str) -> None:
     spec = GEN.load_specs()[name]
