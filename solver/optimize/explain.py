@@ -19,7 +19,7 @@ from relay.device import VirtualDevice, device_name
 from ..domains import DomainSystem
 from ..errors import ConflictConstraint, PlanningConflict
 from ..explain import constraint_of, short_text
-from .problem import Built, Problem, Solution, SupportFailure, Weights, budget_violations, evaluate
+from .problem import Built, Problem, Solution, SupportFailure, Weights, evaluate
 from .z3_encoding import Encoding
 
 CostReason = Callable[[int], tuple[str, dict[str, Any]]]
@@ -120,9 +120,13 @@ def budget_conflict(problem: Problem, ds: DomainSystem, timeout_ms: int) -> Plan
 def cost_reason(problem: Problem, weights: Weights, solution: Solution, ds: DomainSystem) -> CostReason:
     """For a why-answer: why the class of an element got its device in an
     optimize plan (the message and its data: predicted time with the class on
-    each device, and what forbids the others)."""
+    each device, and what forbids the others). Each move is priced from the
+    class's own kernel and edges (`Moves`), as `evaluate` and
+    `budget_violations` of the moved plan would price it, without walking the
+    whole plan for every element."""
     index = {root: c for c, root in enumerate(problem.classes)}
-    base = evaluate(problem, weights, solution.assign)[1]
+    moves = Moves(problem, solution.assign)
+    base = moves.base_ns
 
     def reason(elem: int) -> tuple[str, dict[str, Any]]:
         c = index.get(ds.find(elem))
@@ -137,12 +141,10 @@ def cost_reason(problem: Problem, weights: Weights, solution: Solution, ds: Doma
                 fits = problem.compatible(partial, d)
                 forbidden[name] = "operator support" if fits else "a pin or annotation"
                 continue
-            trial = list(solution.assign)
-            trial[c] = d
-            times[name] = round(evaluate(problem, weights, trial)[1] / 1e6, 6)
-            over = budget_violations(problem, trial)
+            times[name] = round(moves.ns(c, d) / 1e6, 6)
+            over = moves.over(c, d)
             if over and d != here:
-                forbidden[name] = "memory budget of " + ", ".join(problem.names[x] for x, _, _ in over)
+                forbidden[name] = "memory budget of " + ", ".join(problem.names[x] for x in over)
         parts = [f"{n}: {t:.3f} ms" for n, t in times.items()]
         msg = (
             f"optimize mode chose {problem.names[here]} (predicted {base / 1e6:.3f} ms); "
@@ -153,3 +155,84 @@ def cost_reason(problem: Problem, weights: Weights, solution: Solution, ds: Doma
         return msg, {"predicted_ms": times, "chosen": problem.names[here], "forbidden": forbidden}
 
     return reason
+
+
+class Moves:
+    """A plan's run time and budget needs with one class moved: what
+    `evaluate(...)[1]` and the devices of `budget_violations` give for the
+    plan with `assign[c] = d`, from the class's kernel and incident edges
+    (and per device the two largest intermediates) instead of the whole plan."""
+
+    def __init__(self, problem: Problem, assign: list[int]) -> None:
+        self.problem = problem
+        self.assign = assign
+        self.base_ns = evaluate(problem, Weights(1, 1), assign)[1]
+        self.incident: list[list[int]] = [[] for _ in assign]
+        for e, (u, v, _b, _uses) in enumerate(problem.edges):
+            self.incident[u].append(e)
+            if v != u:
+                self.incident[v].append(e)
+        # Per budgeted device: bytes of weights and incoming copies, and the
+        # two largest intermediates of its classes (value, class).
+        self.need: dict[int, int] = {}
+        self.top: dict[int, list[tuple[int, int]]] = {}
+        for d in problem.budgets:
+            need = problem.fixed_copy_bytes.get(d, 0)
+            top = [(0, -1), (0, -1)]
+            for c, x in enumerate(assign):
+                if x == d:
+                    need += problem.weight_bytes[c]
+                    if problem.largest[c] > top[1][0]:
+                        top = sorted([top[0], (problem.largest[c], c)], reverse=True)
+            for u, v, b, uses in problem.edges:
+                if assign[u] == d and assign[v] != d:
+                    need += b * uses
+            self.need[d] = need
+            self.top[d] = top
+
+    def _device(self, c: int, d: int, x: int) -> int:
+        return d if x == c else self.assign[x]
+
+    def ns(self, c: int, d: int) -> int:
+        """The run time (ns) of the plan with class c on device d."""
+        p, here = self.problem, self.assign[c]
+        if d == here:
+            return self.base_ns
+        ns = self.base_ns - p.unary[c][here] + p.unary[c][d]
+        for e in self.incident[c]:
+            u, v, b, uses = p.edges[e]
+            du, dv = self.assign[u], self.assign[v]
+            if du != dv:
+                ns -= p.edge_ns(b, dv, du, uses)
+            du, dv = self._device(c, d, u), self._device(c, d, v)
+            if du != dv:
+                ns += p.edge_ns(b, dv, du, uses)
+        return ns
+
+    def over(self, c: int, d: int) -> list[int]:
+        """The budgeted devices, in the budgets' order, that the plan with
+        class c on device d overfills."""
+        p, here = self.problem, self.assign[c]
+        out = []
+        for x, budget in p.budgets.items():
+            need = self.need[x]
+            if d != here:
+                if here == x:
+                    need -= p.weight_bytes[c]
+                if d == x:
+                    need += p.weight_bytes[c]
+                for e in self.incident[c]:
+                    u, v, b, uses = p.edges[e]
+                    if self.assign[u] == x and self.assign[v] != x:
+                        need -= b * uses
+                    if self._device(c, d, u) == x and self._device(c, d, v) != x:
+                        need += b * uses
+            (v1, c1), (v2, _c2) = self.top[x]
+            largest = v1
+            if d != here and here == x and c1 == c:
+                largest = v2
+            if d != here and d == x:
+                largest = max(largest, p.largest[c])
+            if need + largest > budget:
+                out.append(x)
+        return out

@@ -54,14 +54,14 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..deadline import Deadline
 from .problem import Problem, Weights, budget_violations, evaluate
-from .search import topological_order
+from .search import local_moves, topological_order
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +87,21 @@ MAX_BIG = 3
 # the interval left is NARROWEST of the bound.
 FIRST_WINDOW = 0.001
 NARROWEST = 0.0005
+# A pass may take this share of the time left when it goes straight to the
+# goal (the last two passes' points extrapolate to a target there).
+GOAL_SHARE = 0.9
 # The search gives up after this many passes in a row that stop.
 MAX_STOPS = 2
 # The exact completion's targets above the relaxed optimum, tried in turn,
 # and its dominance step (share of the run time; `_forward`'s coarse_ns).
 POLISH_WINDOWS = (0.005, 0.02, 0.08)
 POLISH_COARSE = 2e-5
+# The coarse relaxation (`_coarse_pass`) runs when the least case's
+# Lagrangian plan within the budget is more than COARSE_GAP above its bound
+# (the finer passes would climb that gap slowly); its suffix sets keep at
+# most COARSE_CAP points over all cases (16 bytes a point).
+COARSE_GAP = 0.1
+COARSE_CAP = 8_000_000
 # The Pareto keys: run times below 2**41 ns (36 minutes), bytes below 2**40
 # (1 TiB); a problem past either is not taken (`_fits_keys`).
 _COST_BITS = 41
@@ -259,17 +268,18 @@ def _priced(steps: _Steps, allow: Allow, price: float) -> tuple[float, float]:
     return float(ns), float(nbytes)
 
 
-def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, float]:
+def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, float, float]:
     """The Lagrangian bound max over prices p of min(run time + p * (bytes -
     budget)), and its price: the dual is concave and piecewise linear, so the
     price where the lines of two plans (one over the budget, one within)
     cross is tried next (Kelley's cutting planes in one dimension)."""
     ns, nbytes = _priced(steps, allow, 0.0)
     if nbytes <= budget:
-        return ns, 0.0
+        return ns, 0.0, ns
     best_value, best_price = ns, 0.0  # the price-0 bound: the unconstrained optimum
     over = (ns, nbytes)  # a plan over the budget
     under: tuple[float, float] | None = None
+    fitting = math.inf
     price = 1.0
     for _ in range(40):  # find a price whose plan fits
         ns, nbytes = _priced(steps, allow, price)
@@ -278,11 +288,12 @@ def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, floa
             best_value, best_price = value, price
         if nbytes <= budget:
             under = (ns, nbytes)
+            fitting = ns
             break
         over = (ns, nbytes)
         price *= 8
     if under is None:
-        return best_value, best_price
+        return best_value, best_price, fitting
     for _ in range(12):
         if over[1] <= under[1]:
             break
@@ -291,6 +302,8 @@ def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, floa
         value = ns + price * (nbytes - budget)
         if value > best_value:
             best_value, best_price = value, price
+        if nbytes <= budget:
+            fitting = min(fitting, ns)
         line = over[0] + price * (over[1] - budget)
         if value >= line - 1e-6 * abs(line):
             break  # the crossing is on the dual: the maximum
@@ -298,7 +311,139 @@ def _lagrangian(steps: _Steps, allow: Allow, budget: float) -> tuple[float, floa
             over = (ns, nbytes)
         else:
             under = (ns, nbytes)
-    return best_value, best_price
+    return best_value, best_price, fitting
+
+
+# The suffix Pareto sets of a relaxation (`_suffix_sets`): per step k, for the
+# states before placing order[k], every (bytes, least run time) of placing
+# the rest, sorted by state then bytes with the run time falling within a
+# state; as keys (state << _BYTE_BITS | bytes) and run times.
+Sets = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _prefix_fewest(steps: _Steps, allow: Allow) -> list[np.ndarray]:
+    """For each step and state: the fewest bytes a plan of the classes before
+    it can take to reach that state (inf where none does)."""
+    n = len(steps.order)
+    out = [np.zeros(1)]
+    for k in range(n):
+        ok_g, ok_c = allow[k]
+        size = len(steps.ns_g[k + 1]) if k + 1 < n else 1
+        reach = np.full(size, np.inf)
+        if ok_g:
+            np.minimum.at(reach, steps.next_g[k], out[k] + steps.bytes_g[k])
+        if ok_c:
+            np.minimum.at(reach, steps.next_c[k], out[k] + steps.bytes_c[k])
+        out.append(reach)
+    return out
+
+
+def _pareto(t: np.ndarray, b: np.ndarray, cost: np.ndarray, *extra: np.ndarray) -> list[np.ndarray]:
+    """The points that no point of their state beats with fewer or as many
+    bytes, sorted by state then bytes (points of equal bytes may both stay:
+    redundant, never wrong)."""
+    if len(t) == 0:
+        return [t, b, cost, *extra]
+    o = np.argsort((t << _BYTE_BITS) | b.astype(np.int64), kind="stable")
+    t, b, cost = t[o], b[o], cost[o]
+    first = np.ones(len(t), dtype=bool)
+    first[1:] = t[1:] != t[:-1]
+    segment = np.cumsum(first) - 1
+    key = (segment[-1] - segment) * (1 << _COST_BITS) + cost.astype(np.int64)
+    running = np.minimum.accumulate(key)
+    front = first.copy()
+    front[1:] |= key[1:] < running[:-1]
+    return [t[front], b[front], cost[front], *(e[o][front] for e in extra)]
+
+
+def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, deadline: Deadline) -> tuple[Sets, int] | None:
+    """The exact Pareto sets of placing the rest (a backward pass over the
+    same states as `_forward`; points whose bytes cannot fit with the fewest
+    bytes of any way to reach their state are dropped), and their total size;
+    None past `cap` points or the deadline."""
+    n = len(steps.order)
+    reach = _prefix_fewest(steps, allow)
+    state = np.zeros(1, dtype=np.int64)
+    nbytes = np.zeros(1)
+    ns = np.zeros(1)
+    sets: Sets = [(np.zeros(0, dtype=np.int64), np.zeros(0))] * (n + 1)
+    sets[n] = (state.copy(), ns.copy())
+    total = 0
+    for k in range(n - 1, -1, -1):
+        if k % 64 == 0 and deadline.remaining_ms() <= 1:
+            return None
+        size = len(steps.ns_g[k + 1]) if k + 1 < n else 1
+        counts = np.bincount(state, minlength=size)
+        starts = np.cumsum(counts) - counts
+        ok_g, ok_c = allow[k]
+        parts = []
+        for ok, step_ns, step_bytes, nxt in (
+            (ok_g, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
+            (ok_c, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
+        ):
+            if not ok:
+                continue
+            many = counts[nxt]
+            src = np.repeat(np.arange(len(nxt), dtype=np.int64), many)
+            at = np.repeat(starts[nxt] - (np.cumsum(many) - many), many) + np.arange(int(many.sum()))
+            parts.append((src, nbytes[at] + step_bytes[src], ns[at] + step_ns[src]))
+        if not parts:
+            return None
+        t = np.concatenate([p[0] for p in parts])
+        b = np.concatenate([p[1] for p in parts])
+        cost = np.concatenate([p[2] for p in parts])
+        keep = b + reach[k][t] <= budget
+        state, nbytes, ns = _pareto(t[keep], b[keep], cost[keep])
+        sets[k] = ((state << _BYTE_BITS) | nbytes.astype(np.int64), ns)
+        total += len(state)
+        if total > cap:
+            return None
+    return sets, total
+
+
+def _least_suffix(entry: tuple[np.ndarray, np.ndarray], state: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Per query: the least run time of placing the rest from `state` within
+    `room` bytes (inf when nothing fits), from one step's suffix set."""
+    keys, ns = entry
+    if len(keys) == 0:
+        return np.full(len(state), np.inf)
+    room_bytes = np.clip(np.floor(room), -1, (1 << _BYTE_BITS) - 1).astype(np.int64)
+    i = np.searchsorted(keys, (state << _BYTE_BITS) | np.maximum(room_bytes, 0), side="right") - 1
+    j = np.maximum(i, 0)
+    ok = (i >= 0) & ((keys[j] >> _BYTE_BITS) == state) & (room_bytes >= 0)
+    return np.where(ok, ns[j], np.inf)
+
+
+def _plan_in(steps: _Steps, allow: Allow, sets: Sets, room: float) -> tuple[float, list[int]] | None:
+    """The least run time within `room` bytes by the suffix sets, and its
+    choices (1: on the budgeted device), read off step by step."""
+    n = len(steps.order)
+    state = 0
+    one = np.zeros(1, dtype=np.int64)
+    value = float(_least_suffix(sets[0], one, np.array([room]))[0])
+    if not math.isfinite(value):
+        return None
+    bits: list[int] = []
+    for k in range(n):
+        ok_g, ok_c = allow[k]
+        best: tuple[float, int] | None = None
+        for ok, bit, step_ns, step_bytes, nxt in (
+            (ok_g, 1, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
+            (ok_c, 0, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
+        ):
+            if not ok:
+                continue
+            rest = _least_suffix(sets[k + 1], one + int(nxt[state]), np.array([room - step_bytes[state]]))[0]
+            total = float(step_ns[state] + rest)
+            if best is None or total < best[0]:
+                best = (total, bit)
+        if best is None or not math.isfinite(best[0]):
+            return None
+        bit = best[1]
+        bits.append(bit)
+        room -= float((steps.bytes_g if bit else steps.bytes_c)[k][state])
+        state = int((steps.next_g if bit else steps.next_c)[k][state])
+    return value, bits
 
 
 @dataclass
@@ -324,12 +469,15 @@ def _forward(
     deadline: Deadline,
     coarse_ns: float = 1.0,
     cap: int = POINT_CAP[0],
+    sets: Sets | None = None,
 ) -> _Pass:
     """The Pareto program (vectorised per step): the least run time of a plan
     whose bytes fit `budget`, if it is at most `target`. With `coarse_ns` >
     1, a heuristic: a point must be faster by that much than every point of
     its state with fewer bytes (plans differing in light placements only
-    collapse), so it finds a good plan without proving it best."""
+    collapse), so it finds a good plan without proving it best. `sets`: a
+    coarser relaxation's suffix sets (`_suffix_sets`), whose least run time
+    of the rest within the bytes left bounds every completion of a point."""
     n = len(steps.order)
     state = np.zeros(1, dtype=np.int64)
     nbytes = np.zeros(1)
@@ -342,25 +490,30 @@ def _forward(
             return _Pass("stopped", points=total)
         parts = []
         ok_g, ok_c = allow[k]
-        for ok, bit, step_ns, step_bytes, nxt in (
-            (ok_g, 1, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
-            (ok_c, 0, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
+        for ok, step_ns, step_bytes, nxt in (
+            (ok_g, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
+            (ok_c, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
         ):
             if ok:
-                parts.append((nxt[state], nbytes + step_bytes[state], ns + step_ns[state], bit))
+                parts.append((nxt[state], nbytes + step_bytes[state], ns + step_ns[state]))
         if not parts:
             return _Pass("none", points=total)
         t = np.concatenate([p[0] for p in parts])
         b = np.concatenate([p[1] for p in parts])
         cost = np.concatenate([p[2] for p in parts])
-        parent = np.concatenate([np.arange(len(state), dtype=np.int32) for _ in parts])
-        bits = np.concatenate([np.full(len(state), p[3], dtype=np.int8) for p in parts])
         keep = b + fewest[k + 1][t] <= budget
         for price, values in zip(prices, suffix):
             keep &= cost + price * (b - budget) + values[k + 1][t] <= slack
-        if not keep.any():
+        at = np.flatnonzero(keep)  # the candidate's index: its parent point, and g's part first
+        t, b, cost = t[at], b[at], cost[at]
+        if sets is not None:
+            near = cost + _least_suffix(sets[k + 1], t, budget - b) <= slack
+            at, t, b, cost = at[near], t[near], b[near], cost[near]
+        if len(at) == 0:
             return _Pass("none", points=total)
-        t, b, cost, parent, bits = t[keep], b[keep], cost[keep], parent[keep], bits[keep]
+        m = len(state)
+        parent = (at % m).astype(np.int32)
+        bits = ((at < m) if ok_g else np.zeros(len(at), dtype=bool)).astype(np.int8)
         # Pareto per state: by state, then bytes; keep a point when it is
         # faster than every point of its state before it (points of equal
         # bytes may both stay: redundant, never wrong).
@@ -416,9 +569,11 @@ class _Case:
     name: str = ""
     done: bool = False  # lower is this case's relaxed optimum
     price: float | None = None  # its best price per byte, once found
+    fitting: float = math.inf  # the least relaxed run time of a plan within the budget its Lagrangian met
     prices: tuple[float, ...] = ()
     suffix: tuple[list[np.ndarray], ...] = ()
     fewest: list[np.ndarray] = dataclasses.field(default_factory=list)
+    sets: Sets | None = None  # the coarse relaxation's suffix sets (`_coarse_pass`)
 
 
 def offload_search(
@@ -471,6 +626,23 @@ def offload_search(
     def goal() -> float:
         return best_ns / (1 + goal_ppm / 1e6)
 
+    def settle(case: _Case, bits: Sequence[int], light_ns: int, windows: Sequence[float] = POLISH_WINDOWS) -> None:
+        """A relaxed optimum's plan, polished, as the incumbent if it is better."""
+        nonlocal exact, best_assign, best_ns, passes
+        if exact is None:
+            exact = _build(problem, order, fronts, g, c, None)
+        heavy = [(order[k], g if bit else c) for k, bit in enumerate(bits)]
+        plan = _polish(problem, exact, case, heavy, light_ns, best_ns, g, c, deadline, windows)
+        if plan is not None:
+            # The program prices run time only: single-class moves settle copies and preferred devices.
+            plan = local_moves(problem, weights, plan, Deadline(max(1, deadline.remaining_ms() // 20)))
+        passes += 1
+        if plan is not None and not budget_violations(problem, plan):
+            ns_plan = evaluate(problem, weights, plan)[1] - fixed
+            if ns_plan < best_ns:
+                best_assign, best_ns = plan, ns_plan
+
+    passes += _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
     top = math.inf  # targets at or above this made too many points
     window = FIRST_WINDOW
     stops = 0
@@ -485,6 +657,11 @@ def offload_search(
             break
         cap = _cap(deadline, rate)
         target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed, cap))
+        if math.isfinite(goal()):
+            target = min(target, goal())  # a pass that proves the goal ends the search
+            whole = _cap(deadline, rate, GOAL_SHARE)
+            if goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
+                target, cap = goal(), whole  # straight to the goal when the time left affords it
         ran = stopped = pending = False
         for case in sorted(cases, key=lambda k: k.lower):
             if case.done or case.lower >= target:
@@ -494,7 +671,8 @@ def offload_search(
                 continue  # its own bounds put it at or above the target
             began = time.perf_counter()
             outcome = _forward(
-                relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline, cap=cap
+                relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline,
+                cap=cap, sets=case.sets,
             )
             took = time.perf_counter() - began
             if outcome.points > 100_000 and took > 0:
@@ -511,15 +689,7 @@ def offload_search(
                 continue
             case.lower, case.done = outcome.ns, True
             assert outcome.bits is not None
-            if exact is None:
-                exact = _build(problem, order, fronts, g, c, None)
-            heavy = [(order[k], g if bit else c) for k, bit in enumerate(outcome.bits)]
-            plan = _polish(problem, exact, case, heavy, light, best_ns, g, c, deadline)
-            passes += 1
-            if plan is not None and not budget_violations(problem, plan):
-                ns_plan = evaluate(problem, weights, plan)[1] - fixed
-                if ns_plan < best_ns:
-                    best_assign, best_ns = plan, ns_plan
+            settle(case, outcome.bits, light)
         if stopped:
             top, window, stops = target, window / 2, stops + 1
         elif ran:
@@ -532,11 +702,76 @@ def offload_search(
     return OffloadResult(max(bound_out, bound_ns), found, passes)
 
 
-def _cap(deadline: Deadline, rate: float) -> int:
-    """The points a pass may keep: half of what the time left affords at
+def _coarse_pass(
+    problem: Problem,
+    order: list[int],
+    fronts: list[list[int]],
+    g: int,
+    c: int,
+    cases: list[_Case],
+    relaxed: _Steps,
+    light: int,
+    scale: float,
+    goal: Callable[[], float],
+    settle: Callable[[_Case, Sequence[int], int, Sequence[float]], None],
+    deadline: Deadline,
+) -> int:
+    """The coarse relaxation (light kernels up to LIGHT_SHARE of a lower
+    bound on the run time, where `relaxed` takes it of `scale`): for each
+    case below the goal, its exact Pareto sets of the rest (`_suffix_sets`),
+    whose least run time is the case's coarse optimum, a bound; its plan,
+    polished, is an incumbent, and the sets prune the finer passes that
+    follow (a point goes when no completion within the bytes left can reach
+    the target). Returns the passes run; skipped when the coarse threshold
+    is not well above `light`, or the sets would pass COARSE_CAP points."""
+    while deadline.remaining_ms() > 1:  # the least Lagrangian bound of the cases: the run time's scale
+        first = min(cases, key=lambda k: k.lower)
+        if first.price is not None or not math.isfinite(first.lower):
+            break
+        _price(relaxed, first, math.inf)
+    first = min(cases, key=lambda k: k.lower)
+    coarse_light = int(LIGHT_SHARE * max(scale, first.lower))
+    log.debug("offload DP: coarse light %d ns (fine %d), Lagrangian %.0f, its plan %.0f",
+              coarse_light, light, first.lower, first.fitting)
+    if coarse_light <= 2 * light or first.fitting <= (1 + COARSE_GAP) * first.lower:
+        return 0
+    coarse = _build(problem, order, fronts, g, c, coarse_light)
+    passes = stored = 0
+    for case in sorted(cases, key=lambda k: k.lower):
+        if deadline.remaining_ms() <= 1:
+            break
+        if case.lower >= goal():
+            continue
+        if not _price(relaxed, case, goal()):
+            continue
+        built = _suffix_sets(coarse, case.allow, case.budget, COARSE_CAP - stored, deadline)
+        passes += 1
+        if built is None:
+            log.debug("offload DP: %s coarse sets past %d points", case.name, COARSE_CAP - stored)
+            break  # too many points (or out of time): the finer passes go without
+        sets, points = built
+        first_ns = sets[0][1]
+        if len(first_ns) == 0:
+            case.lower, case.done = math.inf, True  # nothing fits this case
+            continue
+        relaxed_ns = float(first_ns.min())
+        log.debug("offload DP: %s coarse optimum %.0f (%d points)", case.name, relaxed_ns, points)
+        case.lower = max(case.lower, relaxed_ns)
+        plan = _plan_in(coarse, case.allow, sets, case.budget)
+        if plan is not None:
+            settle(case, plan[1], coarse_light, POLISH_WINDOWS[1:])  # the coarse optimum is further below
+        if case.lower < goal():
+            case.sets, stored = sets, stored + points
+            # The sets bound the rest better than any price but the best one.
+            _prepare(relaxed, case, math.inf, (1.0,))
+    return passes
+
+
+def _cap(deadline: Deadline, rate: float, share: float = 0.5) -> int:
+    """The points a pass may keep: `share` of what the time left affords at
     `rate` points a second, within POINT_CAP."""
     low, high = POINT_CAP
-    return int(min(high, max(low, rate * deadline.remaining_ms() / 2000)))
+    return int(min(high, max(low, rate * deadline.remaining_ms() * share / 1000)))
 
 
 def _affordable(completed: Sequence[tuple[float, int]], cap: int) -> float:
@@ -607,21 +842,29 @@ def _cases(problem: Problem, order: Sequence[int], g: int, c: int, known: float)
     return out
 
 
-def _prepare(steps: _Steps, case: _Case, target: float) -> bool:
-    """The suffix bounds of a case, unless a cheaper bound already puts it at
-    or above `target` (False then): the unconstrained optimum (price 0) and
-    its own best price's bound first, then backward passes at the price grid
-    around that price and the fewest bytes of every suffix."""
+def _price(steps: _Steps, case: _Case, target: float) -> bool:
+    """A case's unconstrained optimum and Lagrangian bound, and its best
+    price, unless the first already puts it at or above `target` (False
+    then, as when the bound does)."""
     if case.price is None:
         case.lower = max(case.lower, float(_backward(steps, case.allow, 0.0)[0][0]))
         if case.lower >= target:
             return False
-        value, case.price = _lagrangian(steps, case.allow, case.budget)
+        value, case.price, case.fitting = _lagrangian(steps, case.allow, case.budget)
         case.lower = max(case.lower, value)
-        if case.lower >= target:
-            return False
+    return case.lower < target
+
+
+def _prepare(steps: _Steps, case: _Case, target: float, grid: Sequence[float] = PRICE_GRID) -> bool:
+    """The suffix bounds of a case, unless a cheaper bound already puts it at
+    or above `target` (False then): the unconstrained optimum (price 0) and
+    its own best price's bound first, then backward passes at the price grid
+    around that price and the fewest bytes of every suffix."""
+    if not _price(steps, case, target):
+        return False
     price = case.price
-    case.prices = tuple(price * f for f in PRICE_GRID)
+    assert price is not None
+    case.prices = tuple(price * f for f in grid)
     case.suffix = tuple(_backward(steps, case.allow, p) for p in case.prices)
     case.fewest = _backward(steps, case.allow, 1.0, with_time=False)
     return True
@@ -637,6 +880,7 @@ def _polish(
     g: int,
     c: int,
     deadline: Deadline,
+    windows: Sequence[float] = POLISH_WINDOWS,
 ) -> list[int] | None:
     """The relaxed plan's heavy classes where it has them and everything else
     placed by the exact program; None when it finds nothing faster than
@@ -653,7 +897,7 @@ def _polish(
     fewest = _backward(exact, allow, 1.0, with_time=False)
     # Targets just above the relaxed optimum (the plan costs at least that):
     # a loose one would keep too many points.
-    for window in POLISH_WINDOWS:
+    for window in windows:
         target = min(best_ns, case.lower * (1 + window))
         # The case's relaxed suffix bounds hold here too (fewer classes held,
         # cheaper costs), and bring the budget into the pruning.

@@ -172,7 +172,7 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
 # program (`search_dp`) gets this share of the time left instead of the
 # priced cuts; a plan it brings within OFFLOAD_GOAL_PPM of its bound is the
 # answer, else its bound (and plan) go to `_search`.
-OFFLOAD_SHARE = 0.5
+OFFLOAD_SHARE = 0.7
 OFFLOAD_GOAL_PPM = 8000
 
 

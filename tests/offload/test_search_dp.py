@@ -110,7 +110,7 @@ def test_knapsack_bound_beats_the_lagrangian() -> None:
     shape = _frontiers(problem, order)
     assert shape is not None
     (case, *_) = _cases(problem, order, g, c, 0.0)
-    lagrangian, _ = _lagrangian(_build(problem, order, shape[0], g, c, 0), case.allow, case.budget)
+    lagrangian, _, _ = _lagrangian(_build(problem, order, shape[0], g, c, 0), case.allow, case.budget)
     found = offload_search(problem, weights, None, 0, 0, Deadline.never())
     assert found is not None and found.assign is not None
     # The relaxation could fill 20.5 MB; whole kernels fill 20 MB at best.
