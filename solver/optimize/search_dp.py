@@ -568,6 +568,7 @@ class _Case:
     lower: float  # proven lower bound on the relaxed run time of this case (ns, without constants)
     name: str = ""
     done: bool = False  # lower is this case's relaxed optimum
+    exact: bool = False  # lower is this case's optimum (an exact pass found it)
     price: float | None = None  # its best price per byte, once found
     fitting: float = math.inf  # the least relaxed run time of a plan within the budget its Lagrangian met
     prices: tuple[float, ...] = ()
@@ -628,21 +629,31 @@ def offload_search(
 
     def settle(case: _Case, bits: Sequence[int], light_ns: int, windows: Sequence[float] = POLISH_WINDOWS) -> None:
         """A relaxed optimum's plan, polished, as the incumbent if it is better."""
-        nonlocal exact, best_assign, best_ns, passes
+        nonlocal exact, passes
         if exact is None:
             exact = _build(problem, order, fronts, g, c, None)
         heavy = [(order[k], g if bit else c) for k, bit in enumerate(bits)]
         plan = _polish(problem, exact, case, heavy, light_ns, best_ns, g, c, deadline, windows)
-        if plan is not None:
-            # The program prices run time only: single-class moves settle copies and preferred devices.
-            plan = local_moves(problem, weights, plan, Deadline(max(1, deadline.remaining_ms() // 20)))
         passes += 1
-        if plan is not None and not budget_violations(problem, plan):
+        if plan is not None:
+            improve(plan)
+
+    def improve(plan: list[int]) -> None:
+        """A plan within the budget, after single-class moves (the program prices
+        run time only: they settle copies and preferred devices), as the
+        incumbent if it is faster."""
+        nonlocal best_assign, best_ns
+        plan = local_moves(problem, weights, plan, Deadline(max(1, deadline.remaining_ms() // 20)))
+        if not budget_violations(problem, plan):
             ns_plan = evaluate(problem, weights, plan)[1] - fixed
             if ns_plan < best_ns:
                 best_assign, best_ns = plan, ns_plan
 
-    passes += _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
+    coarse = _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
+    passes += coarse
+    # A coarse bound that meets the goal by itself gets one finer pass just
+    # below the plan (a small cap): it settles the finer optimum or proves the plan.
+    confirm = coarse > 0
     top = math.inf  # targets at or above this made too many points
     window = FIRST_WINDOW
     stops = 0
@@ -650,29 +661,36 @@ def offload_search(
     rate = float(THROUGHPUT)  # points a second, as the passes measure it
     while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
         low = bound()
-        if low >= goal() or not math.isfinite(low):
+        if not math.isfinite(low) or (low >= goal() and not (confirm and math.isfinite(best_ns))):
             break
         high = min(top, best_ns)
         if high - low <= NARROWEST * max(low, 1.0):
             break
         cap = _cap(deadline, rate)
         target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed, cap))
-        if math.isfinite(goal()):
+        proving = low >= goal()
+        if proving:
+            target, cap = best_ns * (1 - 1e-9), POINT_CAP[0]
+            if exact is None:
+                exact = _build(problem, order, fronts, g, c, None)
+        elif math.isfinite(goal()):
             target = min(target, goal())  # a pass that proves the goal ends the search
             whole = _cap(deadline, rate, GOAL_SHARE)
             if goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
                 target, cap = goal(), whole  # straight to the goal when the time left affords it
+        confirm = False
         ran = stopped = pending = False
         for case in sorted(cases, key=lambda k: k.lower):
-            if case.done or case.lower >= target:
+            if case.exact or (case.done and not proving) or case.lower >= target:
                 continue
             pending = True
             if not case.suffix and not _prepare(relaxed, case, target):
                 continue  # its own bounds put it at or above the target
             began = time.perf_counter()
+            # The relaxation's bounds (suffix values, coarse sets) hold for the exact costs too.
             outcome = _forward(
-                relaxed, case.allow, case.budget, target, case.prices, case.suffix, case.fewest, deadline,
-                cap=cap, sets=case.sets,
+                exact if proving and exact is not None else relaxed, case.allow, case.budget, target, case.prices,
+                case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
             )
             took = time.perf_counter() - began
             if outcome.points > 100_000 and took > 0:
@@ -687,9 +705,12 @@ def offload_search(
                 case.lower = max(case.lower, target)
                 completed.append((target, outcome.points))
                 continue
-            case.lower, case.done = outcome.ns, True
+            case.lower, case.done, case.exact = outcome.ns, True, proving
             assert outcome.bits is not None
-            settle(case, outcome.bits, light)
+            if proving:  # the exact optimum of the case: its plan as it is
+                improve(_plan_of(problem, order, outcome.bits, g, c))
+            else:
+                settle(case, outcome.bits, light)
         if stopped:
             top, window, stops = target, window / 2, stops + 1
         elif ran:
