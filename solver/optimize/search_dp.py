@@ -651,9 +651,10 @@ def offload_search(
 
     coarse = _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
     passes += coarse
-    # A coarse bound that meets the goal by itself gets one finer pass just
-    # below the plan (a small cap): it settles the finer optimum or proves the plan.
-    confirm = coarse > 0
+    # A coarse bound that meets the goal by itself gets up to two passes just
+    # below the plan: the finer relaxation's (its optimum and plan), then for
+    # cases it settled the exact costs' (their optimum, or the plan proven).
+    confirm = 2 if coarse > 0 else 0
     top = math.inf  # targets at or above this made too many points
     window = FIRST_WINDOW
     stops = 0
@@ -661,7 +662,7 @@ def offload_search(
     rate = float(THROUGHPUT)  # points a second, as the passes measure it
     while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
         low = bound()
-        if not math.isfinite(low) or (low >= goal() and not (confirm and math.isfinite(best_ns))):
+        if not math.isfinite(low) or (low >= goal() and not (confirm > 0 and math.isfinite(best_ns))):
             break
         high = min(top, best_ns)
         if high - low <= NARROWEST * max(low, 1.0):
@@ -670,7 +671,7 @@ def offload_search(
         target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed, cap))
         proving = low >= goal()
         if proving:
-            target, cap = best_ns * (1 - 1e-9), POINT_CAP[0]
+            target, confirm = best_ns * (1 - 1e-9), confirm - 1
             if exact is None:
                 exact = _build(problem, order, fronts, g, c, None)
         elif math.isfinite(goal()):
@@ -678,7 +679,8 @@ def offload_search(
             whole = _cap(deadline, rate, GOAL_SHARE)
             if goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
                 target, cap = goal(), whole  # straight to the goal when the time left affords it
-        confirm = False
+        if not proving:
+            confirm = 0
         ran = stopped = pending = False
         for case in sorted(cases, key=lambda k: k.lower):
             if case.exact or (case.done and not proving) or case.lower >= target:
@@ -688,9 +690,10 @@ def offload_search(
                 continue  # its own bounds put it at or above the target
             began = time.perf_counter()
             # The relaxation's bounds (suffix values, coarse sets) hold for the exact costs too.
+            on_exact = proving and case.done
             outcome = _forward(
-                exact if proving and exact is not None else relaxed, case.allow, case.budget, target, case.prices,
-                case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
+                exact if on_exact and exact is not None else relaxed, case.allow, case.budget, target,
+                case.prices, case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
             )
             took = time.perf_counter() - began
             if outcome.points > 100_000 and took > 0:
@@ -705,9 +708,9 @@ def offload_search(
                 case.lower = max(case.lower, target)
                 completed.append((target, outcome.points))
                 continue
-            case.lower, case.done, case.exact = outcome.ns, True, proving
+            case.lower, case.done, case.exact = outcome.ns, True, on_exact
             assert outcome.bits is not None
-            if proving:  # the exact optimum of the case: its plan as it is
+            if on_exact:  # the exact optimum of the case: its plan as it is
                 improve(_plan_of(problem, order, outcome.bits, g, c))
             else:
                 settle(case, outcome.bits, light)
