@@ -61,7 +61,7 @@ import numpy as np
 
 from ..deadline import Deadline
 from .problem import Problem, Weights, budget_violations, evaluate
-from .search import local_moves, topological_order
+from .search import topological_order
 
 log = logging.getLogger(__name__)
 
@@ -639,11 +639,9 @@ def offload_search(
             improve(plan)
 
     def improve(plan: list[int]) -> None:
-        """A plan within the budget, after single-class moves (the program prices
-        run time only: they settle copies and preferred devices), as the
-        incumbent if it is faster."""
+        """A plan within the budget as the incumbent if it is faster (the
+        caller's single-class moves settle copies and preferred devices)."""
         nonlocal best_assign, best_ns
-        plan = local_moves(problem, weights, plan, Deadline(max(1, deadline.remaining_ms() // 20)))
         if not budget_violations(problem, plan):
             ns_plan = evaluate(problem, weights, plan)[1] - fixed
             if ns_plan < best_ns:
