@@ -407,10 +407,12 @@ def _least_suffix(entry: tuple[np.ndarray, np.ndarray], state: np.ndarray, room:
     keys, ns = entry
     if len(keys) == 0:
         return np.full(len(state), np.inf)
-    room_bytes = np.clip(np.floor(room), -1, (1 << _BYTE_BITS) - 1).astype(np.int64)
+    # Rooms are at most the budget, below 2**_BYTE_BITS (`_fits_keys`).
+    room_bytes = np.floor(room).astype(np.int64)
     i = np.searchsorted(keys, (state << _BYTE_BITS) | np.maximum(room_bytes, 0), side="right") - 1
     j = np.maximum(i, 0)
-    ok = (i >= 0) & ((keys[j] >> _BYTE_BITS) == state) & (room_bytes >= 0)
+    ok = (keys[j] >> _BYTE_BITS) == state
+    ok &= (i >= 0) & (room_bytes >= 0)
     return np.where(ok, ns[j], np.inf)
 
 
