@@ -83,6 +83,7 @@ def test_refusal_report_shows_the_line_and_a_caret() -> None:
 # ------------------------------------------------------ what TVM prints passes
 
 
+@pytest.mark.slow
 def test_corpus_scripts_pass_and_read_as_tvm_reads_them(corpus_dir: Path) -> None:
     """Every corpus `.py` passes the reader; where TVM's own parser reads the
     text, the guarded read is the same module."""
@@ -100,6 +101,7 @@ def test_corpus_scripts_pass_and_read_as_tvm_reads_them(corpus_dir: Path) -> Non
     assert read_by_tvm >= 4
 
 
+@pytest.mark.slow
 def test_bridge_and_legalized_prints_pass(corpus_dir: Path) -> None:
     """What our bridge prints, planned modules with vdevices, and TIR kernels
     as TVM prints them after LegalizeOps all pass the reader and read back."""
@@ -117,6 +119,7 @@ def test_bridge_and_legalized_prints_pass(corpus_dir: Path) -> None:
     assert any("I.vdevice" in t for t in texts) and any("T.prim_func" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_legalized_corpus_models_pass(corpus_dir: Path) -> None:
     relax_dir = corpus_dir / "relax"
     paths = sorted([*relax_dir.glob("*.json"), *relax_dir.glob("offload/llama_*[0-9].json")])
@@ -140,6 +143,7 @@ def test_legalized_corpus_models_read_back(corpus_dir: Path) -> None:
         tvm.ir.assert_structural_equal(back, _unguarded(text.replace('R.const("-inf"', "R.const(-1e999")))
 
 
+@pytest.mark.slow
 def test_corpus_plans_as_before(corpus_dir: Path) -> None:
     """Each corpus text TVM's parser reads plans through the guarded reader
     exactly as through TVM's parser (same output text, same copies)."""
