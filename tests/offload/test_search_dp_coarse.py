@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from solver.deadline import Deadline
-from solver.optimize import Problem, Weights, budget_violations, evaluate, search_dp
+from solver.optimize import Problem, Weights, search_dp
 from solver.optimize.search import topological_order
 from solver.optimize.search_dp import (
     _build,
@@ -26,9 +26,8 @@ from solver.optimize.search_dp import (
     _prepare,
     _Steps,
     _suffix_sets,
-    offload_search,
 )
-from tests.offload.test_search_dp import least_run_time
+from tests.offload.test_search_dp import assert_sound
 from tests.solver.test_optimize_search import random_problem
 
 
@@ -120,14 +119,4 @@ def test_bound_and_plan_are_sound_with_the_coarse_pass(seed: int, monkeypatch: p
     monkeypatch.setattr(search_dp, "COARSE_GAP", -1.0)  # the coarse pass on every problem it can take
     problem = random_problem(400 + seed, 2, 11, budgets=True)
     weights = Weights.of(problem)
-    least = least_run_time(problem, weights)
-    found = offload_search(problem, weights, None, 0, 0, Deadline.never())
-    assert found is not None
-    if least is None:
-        assert found.assign is None
-        return
-    assert found.bound_ns <= least
-    if found.assign is not None:
-        assert not budget_violations(problem, found.assign)
-        assert all(d in ok for d, ok in zip(found.assign, problem.allowed))
-        assert evaluate(problem, weights, found.assign)[1] >= least
+    assert_sound(problem, weights)
