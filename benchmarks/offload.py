@@ -201,8 +201,17 @@ def _plan_7b(layers: int, fraction: float, timeout_ms: int, out: Any) -> None:
     shape = llama_nn.LlamaShape(layers=layers)
     text = tvm.ir.save_json(llama_nn.build(shape))
     row = plan_row(text, int(shape.parameter_bytes() * fraction), (), timeout_ms)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out.put((row, peak / 1024, shape.parameter_bytes()))
+    out.put((row, _peak_rss_kib() / 1024, shape.parameter_bytes()))
+
+
+def _peak_rss_kib() -> float:
+    """This process's peak resident set (VmHWM, KiB). Not rusage's ru_maxrss:
+    a spawned child starts with its parent's peak there, so every row would
+    show at least the parent's."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return float(line.split()[1])
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def scale_part(layer_counts: Sequence[int], timeout_ms: int) -> str:

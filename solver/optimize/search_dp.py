@@ -102,6 +102,9 @@ POLISH_COARSE = 2e-5
 # most COARSE_CAP points over all cases (16 bytes a point).
 COARSE_GAP = 0.1
 COARSE_CAP = 8_000_000
+# `_quick`'s dominance step, a share of the bound: coarse enough to keep few
+# points (a plan to aim below, not a proof).
+QUICK_COARSE = 0.02
 # The Pareto keys: run times below 2**41 ns (36 minutes), bytes below 2**40
 # (1 TiB); a problem past either is not taken (`_fits_keys`).
 _COST_BITS = 41
@@ -651,15 +654,32 @@ def offload_search(
 
     coarse = _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
     passes += coarse
+    rate = float(THROUGHPUT)  # points a second, as the passes measure it
+    straight = False  # the first pass goes straight to the goal
+    least = min(cases, key=lambda k: k.lower)
+    weak = least.price is not None and least.fitting > (1 + COARSE_GAP) * least.lower
+    if weak and (not math.isfinite(best_ns) or best_ns > (1 + COARSE_GAP) * bound()):
+        # No plan near a weak bound: it is far below the optimum (a knapsack
+        # whose items are large against the run time left). Windows would
+        # climb that gap slowly; a quick plan gives a goal, and the first
+        # pass goes straight to it.
+        quick = _quick(relaxed, cases, deadline)
+        if quick is not None:
+            passes += 1
+            rate = quick.rate or rate
+            if quick.bits is not None:
+                improve(_plan_of(problem, order, quick.bits, g, c))
+                straight = math.isfinite(best_ns)
     # A coarse bound that meets the goal by itself gets up to two passes just
     # below the plan: the finer relaxation's (its optimum and plan), then for
     # cases it settled the exact costs' (their optimum, or the plan proven).
-    confirm = 2 if coarse > 0 else 0
+    # A quick plan gets one, even when it meets the goal: its light
+    # placements are the program's guess, the relaxed optimum's are better.
+    confirm = 2 if coarse > 0 else 1 if straight else 0
     top = math.inf  # targets at or above this made too many points
     window = FIRST_WINDOW
     stops = 0
     completed: list[tuple[float, int]] = []  # (target, points) of the passes that found nothing
-    rate = float(THROUGHPUT)  # points a second, as the passes measure it
     while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
         low = bound()
         if not math.isfinite(low) or (low >= goal() and not (confirm > 0 and math.isfinite(best_ns))):
@@ -677,8 +697,13 @@ def offload_search(
         elif math.isfinite(goal()):
             target = min(target, goal())  # a pass that proves the goal ends the search
             whole = _cap(deadline, rate, GOAL_SHARE)
-            if goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
+            if straight and best_ns < top:
+                # Just below the quick plan: a pass that completes finds the
+                # relaxed optimum (a bound, and a plan better than the quick one).
+                target, cap = best_ns * (1 - 1e-9), whole
+            elif goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
                 target, cap = goal(), whole  # straight to the goal when the time left affords it
+        straight = False
         if not proving:
             confirm = 0
         ran = stopped = pending = False
@@ -789,6 +814,36 @@ def _coarse_pass(
             # The sets bound the rest better than any price but the best one.
             _prepare(relaxed, case, math.inf, (1.0,))
     return passes
+
+
+@dataclass(frozen=True)
+class _Quick:
+    """`_quick`'s plan (None when it found none) and the points a second it
+    measured (0 when too few to tell)."""
+
+    bits: list[int] | None
+    rate: float
+
+
+def _quick(relaxed: _Steps, cases: list[_Case], deadline: Deadline) -> _Quick | None:
+    """A plan for the case with the least bound, fast: the relaxed program
+    with points within QUICK_COARSE of that bound in time collapsed (a
+    heuristic, as in `_polish`), pruned below the plan its Lagrangian met.
+    None when it did not run."""
+    case = min(cases, key=lambda k: k.lower)
+    if not math.isfinite(case.lower) or deadline.remaining_ms() <= 1:
+        return None
+    if not case.suffix and not _prepare(relaxed, case, math.inf):
+        return None
+    began = time.perf_counter()
+    outcome = _forward(
+        relaxed, case.allow, case.budget, case.fitting, case.prices, case.suffix, case.fewest, deadline,
+        coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
+    )
+    took = time.perf_counter() - began
+    log.debug("offload DP: %s quick plan: %s %.0f (%d points)", case.name, outcome.status, outcome.ns, outcome.points)
+    rate = outcome.points / took if outcome.points > 100_000 and took > 0 else 0.0
+    return _Quick(outcome.bits if outcome.status == "found" else None, rate)
 
 
 def _cap(deadline: Deadline, rate: float, share: float = 0.5) -> int:
