@@ -671,16 +671,14 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
     word = record.naming.copy
     for copy in record.copies:
         c = copy.to_json()
-        where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
-        lines.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {copy_cost_text(c)}")
+        lines.append(f"{word}{at_text(c)}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {copy_cost_text(c)}")
     if not record.copies:
         lines.append(f"no {word} inserted")
     times = record_times_line(record)
     if times is not None:
         lines.append(times)
     for d in outcome.divergences:
-        where = f"{d['line']}:{d['column']}" if d["line"] is not None else "?:?"
-        lines.append(f"divergence at {where}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")
+        lines.append(f"divergence{at_text(d)}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")
     if outcome.unchecked_ops:
         lines.append("not type-checked (no type relation): " + ", ".join(outcome.unchecked_ops))
     lines.extend(f"notice: {n}" for n in outcome.notices)
@@ -692,6 +690,13 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
             lines.append("device map (modules by weight names, issue 30):")
             lines.extend(device_map_table(groups).splitlines())
     return lines
+
+
+def at_text(item: Mapping[str, Any]) -> str:
+    """` at LINE:COLUMN`, or nothing for an item without a location (TVM JSON
+    input has none; a copy's line then names its value by binding)."""
+    line = item.get("line")
+    return f" at {line}:{item.get('column')}" if line is not None else ""
 
 
 def copy_cost_text(c: Mapping[str, Any]) -> str:
@@ -739,8 +744,7 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
             f"{name:<24} {d['operator_calls']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}"
         )
     for e in cost.get("estimates", ()):
-        where = f"{e['line']}:{e['column']}" if e.get("line") is not None else "?:?"
-        lines.append(f"estimate at {where}: {e['kind']}: {e['message']}")
+        lines.append(f"estimate{at_text(e)}: {e['kind']}: {e['message']}")
     return lines
 
 

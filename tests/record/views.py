@@ -134,8 +134,9 @@ def picture_copy_tips(dot: str) -> dict[int, str]:
 
 
 def explained_copies(lines: list[str], word: str) -> list[str]:
-    """The copy lines of `--explain` (`device_copy at 4:8: cpu -> cuda (...)`)."""
-    return [line for line in lines if line.startswith(f"{word} at ")]
+    """The copy lines of `--explain` (`device_copy at 4:8: cpu -> cuda (...)`;
+    `R.to_vdevice: ...` without a location, from TVM JSON)."""
+    return [line for line in lines if line.startswith((f"{word} at ", f"{word}: "))]
 
 
 def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, Any] | None) -> None:
@@ -164,9 +165,9 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     lines = explained_copies(outcome.explanation, word)
     expected = []
     for c in copies:
-        where = f"{c['line']}:{c['column']}" if c["line"] is not None else "?:?"
+        where = f" at {c['line']}:{c['column']}" if c["line"] is not None else ""
         cost = bytes_text(c["bytes"]) + (f", {c['predicted_ms']:.3f} ms" if c["predicted_ms"] is not None else "")
-        expected.append(f"{word} at {where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {cost}")
+        expected.append(f"{word}{where}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {cost}")
     assert lines == expected
     # Times: every operator priced; the report's per-device sums and --explain's line are the placements'.
     operators = [p for p in report["placements"] if p["kind"] == "operator"]
