@@ -115,6 +115,30 @@ def def_line(text: str, name: str = "k") -> int:
 CPU_S = 10
 MEMORY_BYTES = 512 << 20
 WALL_S = 8  # only where the wall clock is meant to be hit (the sleep); elsewhere 600 s
+# More escapes, each a system call outside the allowlist (SIGSYS). {mark} is a file
+# that must survive, {path} one that must not appear.
+ESCAPES: dict[str, str] = {
+    "unlink": 'T.evaluate(T.call_extern("int32", "unlink", "{mark}"))',
+    "kill-parent": 'T.evaluate(T.call_extern("int32", "kill", T.call_extern("int32", "getppid"), 9))',
+    "execl": 'T.evaluate(T.call_extern("int32", "execl", "/bin/sh", "sh", "-c", "touch {path}", T.int64(0)))',
+    "mkdir": 'T.evaluate(T.call_extern("int32", "mkdir", "{path}", 511))',
+    "open-to-read": 'T.evaluate(T.call_extern("int32", "open", "/etc/passwd", 0))',
+    "chdir": 'T.evaluate(T.call_extern("int32", "chdir", "/"))',
+    "unshare": 'T.evaluate(T.call_extern("int32", "unshare", 268435456))',
+    "ptrace": 'T.evaluate(T.call_extern("int64", "ptrace", 0, 0, T.int64(0), T.int64(0)))',
+    "write-stdout": 'T.evaluate(T.call_extern("int32", "puts", T.call_extern("handle", "getenv", "HOME")))',
+    "setrlimit": (
+        'T.evaluate(T.call_extern("int32", "setrlimit", 0, '
+        'T.call_extern("handle", "TVMBackendAllocWorkspace", 1, 0, T.uint64(16), 2, 8)))'
+    ),
+}
+
+
+def escape_lines(name: str, **fields: str) -> str:
+    """The escape `name` as kernel lines (8 spaces in), its fields filled in."""
+    return f"        {ESCAPES[name].format(**fields)}\n"
+
+
 EXPECTED: dict[str, tuple[str, str]] = {
     "system": ("run-check-failed", "seccomp (SIGSYS)"),
     "fopen": ("run-check-failed", "seccomp (SIGSYS)"),

@@ -20,7 +20,7 @@ from service import sandbox
 from service.config import Settings
 from tests._service import TestClient, thread_client
 
-from .kernels import CPU_S, EXPECTED, MEMORY_BYTES, WALL_S, attack_lines, one_device
+from .kernels import CPU_S, ESCAPES, EXPECTED, MEMORY_BYTES, WALL_S, attack_lines, escape_lines, one_device
 
 FOUND = sandbox.detect()
 pytestmark = pytest.mark.skipif(FOUND.seccomp is not None, reason=f"seccomp unavailable here: {FOUND.seccomp}")
@@ -81,6 +81,21 @@ def test_system_attack_is_stopped_and_the_service_goes_on(client: TestClient, tm
 @pytest.mark.parametrize("name", [n for n in EXPECTED if n not in ("system", "sleep")])
 def test_attack_is_stopped_and_the_service_goes_on(client: TestClient, tmp_path: Path, name: str) -> None:
     attack(client, name, tmp_path / "escaped")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_more_escapes_are_stopped_and_change_nothing(client: TestClient, tmp_path: Path, name: str) -> None:
+    mark, path = tmp_path / "mark", tmp_path / "escaped"
+    mark.write_text("kept")
+    module = one_device(escape_lines(name, mark=str(mark), path=str(path)))
+    response = client.post("/compile", json={"module": module, "default_device": "cpu", "run_check": True})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["type"].endswith("/run-check-failed")
+    assert "seccomp (SIGSYS)" in body["detail"]
+    assert mark.read_text() == "kept" and not path.exists()
+    assert_healthy_and_compiling(client)
 
 
 @pytest.mark.slow
