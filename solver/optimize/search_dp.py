@@ -40,6 +40,20 @@ Two passes:
   the completion is near-optimal for that choice of heavy kernels, not
   proven).
 
+Where the Lagrangian bound is weak (its best plan within the budget more
+than COARSE_GAP above it), two more steps come first:
+
+- The coarse relaxation (`_coarse_pass`): light kernels up to LIGHT_SHARE of
+  that bound, solved exactly by a backward pass that keeps every suffix's
+  Pareto set; its optimum is a bound, its plan an incumbent, and the sets
+  prune the finer passes.
+- The quick plan (`_quick`), when still no plan is within COARSE_GAP of the
+  bound: the relaxed program with points within QUICK_COARSE of the bound
+  collapsed. The first pass then goes just below it, where a pass that
+  completes finds the relaxed optimum (a gap of 30% closed in one pass on
+  the decoder at 0.65 of its weights, where windows from the bound ran out
+  of time).
+
 Both passes stop at their point cap (`_cap`: what the time left affords at
 the throughput measured so far, within `POINT_CAP`) or the deadline, leaving the bound
 they proved so far; `offload_search` returns None where it does not apply
