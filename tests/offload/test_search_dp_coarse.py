@@ -47,8 +47,9 @@ def every_plan(steps: _Steps, allow: list[tuple[bool, bool]]) -> list[tuple[floa
     return [(*walk(steps, bits), bits) for bits in itertools.product(*choices)]
 
 
-def setup(seed: int, light_share: float) -> tuple[Problem, _Steps, list[tuple[bool, bool]], float]:
-    problem = random_problem(300 + seed, 2, 10, budgets=True)
+def program_of(problem: Problem, light_share: float) -> tuple[int, int, list[int], _Steps]:
+    """(budgeted device, other device, the program's order, its steps with
+    kernels light up to `light_share` of the least run time)."""
     pair = _pair(problem)
     assert pair is not None
     g, c = pair
@@ -56,7 +57,12 @@ def setup(seed: int, light_share: float) -> tuple[Problem, _Steps, list[tuple[bo
     shape = _frontiers(problem, order)
     assert shape is not None
     scale = sum(min(problem.unary[x].values()) for x in order)
-    steps = _build(problem, order, shape[0], g, c, int(light_share * scale))
+    return g, c, order, _build(problem, order, shape[0], g, c, int(light_share * scale))
+
+
+def setup(seed: int, light_share: float) -> tuple[Problem, _Steps, list[tuple[bool, bool]], float]:
+    problem = random_problem(300 + seed, 2, 10, budgets=True)
+    g, c, order, steps = program_of(problem, light_share)
     # The case whose plans' bytes spread most around its budget (some fit, some do not).
     def spread(case: search_dp._Case) -> int:
         plans = every_plan(steps, case.allow)

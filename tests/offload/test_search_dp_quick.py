@@ -12,10 +12,10 @@ import pytest
 
 from solver.deadline import Deadline
 from solver.optimize import Weights, budget_violations, evaluate, search_dp
-from solver.optimize.search import topological_order
-from solver.optimize.search_dp import _build, _cases, _frontiers, _pair, _plan_of, _quick
+from solver.optimize.search_dp import _cases, _plan_of, _quick
 from tests.offload.test_offload_public import GENEROUS_MS, OFFLOAD, _text
 from tests.offload.test_search_dp import assert_sound, least_run_time
+from tests.offload.test_search_dp_coarse import program_of
 from tests.solver.test_optimize_search import random_problem
 
 
@@ -23,13 +23,7 @@ def test_quick_plans_fit_their_case_and_are_real_plans() -> None:
     found = 0
     for seed in range(24):
         problem = random_problem(700 + seed, 2, 11, budgets=True)
-        pair = _pair(problem)
-        assert pair is not None
-        g, c = pair
-        order = topological_order(problem)
-        shape = _frontiers(problem, order)
-        assert shape is not None
-        relaxed = _build(problem, order, shape[0], g, c, 0)
+        g, c, order, relaxed = program_of(problem, 0.0)
         quick = _quick(relaxed, _cases(problem, order, g, c, 0.0), Deadline.never())
         if quick is None or quick.bits is None:
             continue  # no case, or (a heuristic) nothing found below the Lagrangian's plan
