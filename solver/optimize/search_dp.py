@@ -156,6 +156,17 @@ class _Steps:
     next_g: list[np.ndarray]
     next_c: list[np.ndarray]
 
+    def choices(self, k: int, ok: tuple[bool, bool]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """The devices `ok` allows at step k, the budgeted one first: (1 on it,
+        else 0; run times, bytes and next states per state)."""
+        ok_g, ok_c = ok
+        out = []
+        if ok_g:
+            out.append((1, self.ns_g[k], self.bytes_g[k], self.next_g[k]))
+        if ok_c:
+            out.append((0, self.ns_c[k], self.bytes_c[k], self.next_c[k]))
+        return out
+
 
 def _frontiers(problem: Problem, order: Sequence[int]) -> tuple[list[list[int]], list[int]] | None:
     """The frontier before each step and each class's last step, or None when
@@ -344,21 +355,21 @@ def _prefix_fewest(steps: _Steps, allow: Allow) -> list[np.ndarray]:
     n = len(steps.order)
     out = [np.zeros(1)]
     for k in range(n):
-        ok_g, ok_c = allow[k]
         size = len(steps.ns_g[k + 1]) if k + 1 < n else 1
         reach = np.full(size, np.inf)
-        if ok_g:
-            np.minimum.at(reach, steps.next_g[k], out[k] + steps.bytes_g[k])
-        if ok_c:
-            np.minimum.at(reach, steps.next_c[k], out[k] + steps.bytes_c[k])
+        for _bit, _ns, step_bytes, nxt in steps.choices(k, allow[k]):
+            np.minimum.at(reach, nxt, out[k] + step_bytes)
         out.append(reach)
     return out
 
 
-def _pareto(t: np.ndarray, b: np.ndarray, cost: np.ndarray, *extra: np.ndarray) -> list[np.ndarray]:
+def _pareto(
+    t: np.ndarray, b: np.ndarray, cost: np.ndarray, *extra: np.ndarray, coarse_ns: float = 1.0
+) -> list[np.ndarray]:
     """The points that no point of their state beats with fewer or as many
     bytes, sorted by state then bytes (points of equal bytes may both stay:
-    redundant, never wrong)."""
+    redundant, never wrong); `extra` arrays follow their points. With
+    `coarse_ns` > 1 a point must be faster by that much (`_forward`)."""
     if len(t) == 0:
         return [t, b, cost, *extra]
     o = np.argsort((t << _BYTE_BITS) | b.astype(np.int64), kind="stable")
@@ -366,7 +377,7 @@ def _pareto(t: np.ndarray, b: np.ndarray, cost: np.ndarray, *extra: np.ndarray) 
     first = np.ones(len(t), dtype=bool)
     first[1:] = t[1:] != t[:-1]
     segment = np.cumsum(first) - 1
-    key = (segment[-1] - segment) * (1 << _COST_BITS) + cost.astype(np.int64)
+    key = (segment[-1] - segment) * (1 << _COST_BITS) + (cost // coarse_ns).astype(np.int64)
     running = np.minimum.accumulate(key)
     front = first.copy()
     front[1:] |= key[1:] < running[:-1]
@@ -392,14 +403,8 @@ def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, deadline:
         size = len(steps.ns_g[k + 1]) if k + 1 < n else 1
         counts = np.bincount(state, minlength=size)
         starts = np.cumsum(counts) - counts
-        ok_g, ok_c = allow[k]
         parts = []
-        for ok, step_ns, step_bytes, nxt in (
-            (ok_g, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
-            (ok_c, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
-        ):
-            if not ok:
-                continue
+        for _bit, step_ns, step_bytes, nxt in steps.choices(k, allow[k]):
             many = counts[nxt]
             src = np.repeat(np.arange(len(nxt), dtype=np.int64), many)
             at = np.repeat(starts[nxt] - (np.cumsum(many) - many), many) + np.arange(int(many.sum()))
@@ -444,14 +449,8 @@ def _plan_in(steps: _Steps, allow: Allow, sets: Sets, room: float) -> tuple[floa
         return None
     bits: list[int] = []
     for k in range(n):
-        ok_g, ok_c = allow[k]
         best: tuple[float, int] | None = None
-        for ok, bit, step_ns, step_bytes, nxt in (
-            (ok_g, 1, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
-            (ok_c, 0, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
-        ):
-            if not ok:
-                continue
+        for bit, step_ns, step_bytes, nxt in steps.choices(k, allow[k]):
             rest = _least_suffix(sets[k + 1], one + int(nxt[state]), np.array([room - step_bytes[state]]))[0]
             total = float(step_ns[state] + rest)
             if best is None or total < best[0]:
@@ -507,14 +506,11 @@ def _forward(
     for k in range(n):
         if k % 64 == 0 and deadline.remaining_ms() <= 1:
             return _Pass("stopped", points=total)
-        parts = []
-        ok_g, ok_c = allow[k]
-        for ok, step_ns, step_bytes, nxt in (
-            (ok_g, steps.ns_g[k], steps.bytes_g[k], steps.next_g[k]),
-            (ok_c, steps.ns_c[k], steps.bytes_c[k], steps.next_c[k]),
-        ):
-            if ok:
-                parts.append((nxt[state], nbytes + step_bytes[state], ns + step_ns[state]))
+        ok_g = allow[k][0]
+        parts = [
+            (nxt[state], nbytes + step_bytes[state], ns + step_ns[state])
+            for _bit, step_ns, step_bytes, nxt in steps.choices(k, allow[k])
+        ]
         if not parts:
             return _Pass("none", points=total)
         t = np.concatenate([p[0] for p in parts])
@@ -533,19 +529,7 @@ def _forward(
         m = len(state)
         parent = (at % m).astype(np.int32)
         bits = ((at < m) if ok_g else np.zeros(len(at), dtype=bool)).astype(np.int8)
-        # Pareto per state: by state, then bytes; keep a point when it is
-        # faster than every point of its state before it (points of equal
-        # bytes may both stay: redundant, never wrong).
-        o = np.argsort((t << _BYTE_BITS) | b.astype(np.int64), kind="stable")
-        t, b, cost, parent, bits = t[o], b[o], cost[o], parent[o], bits[o]
-        first = np.ones(len(t), dtype=bool)
-        first[1:] = t[1:] != t[:-1]
-        segment = np.cumsum(first) - 1
-        key = (segment[-1] - segment) * (1 << _COST_BITS) + (cost // coarse_ns).astype(np.int64)
-        running = np.minimum.accumulate(key)
-        front = first.copy()
-        front[1:] |= key[1:] < running[:-1]
-        t, b, cost, parent, bits = t[front], b[front], cost[front], parent[front], bits[front]
+        t, b, cost, parent, bits = _pareto(t, b, cost, parent, bits, coarse_ns=coarse_ns)
         history.append((parent, bits))
         state, nbytes, ns = t, b, cost
         total += len(t)
@@ -734,9 +718,7 @@ def offload_search(
                 exact if on_exact and exact is not None else relaxed, case.allow, case.budget, target,
                 case.prices, case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
             )
-            took = time.perf_counter() - began
-            if outcome.points > 100_000 and took > 0:
-                rate = outcome.points / took
+            rate = _rate(outcome.points, time.perf_counter() - began) or rate
             passes += 1
             ran = True
             log.debug("offload DP: %s target %.0f: %s (%d points)", case.name, target, outcome.status, outcome.points)
@@ -854,10 +836,14 @@ def _quick(relaxed: _Steps, cases: list[_Case], deadline: Deadline) -> _Quick | 
         relaxed, case.allow, case.budget, case.fitting, case.prices, case.suffix, case.fewest, deadline,
         coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
     )
-    took = time.perf_counter() - began
+    rate = _rate(outcome.points, time.perf_counter() - began)
     log.debug("offload DP: %s quick plan: %s %.0f (%d points)", case.name, outcome.status, outcome.ns, outcome.points)
-    rate = outcome.points / took if outcome.points > 100_000 and took > 0 else 0.0
     return _Quick(outcome.bits if outcome.status == "found" else None, rate)
+
+
+def _rate(points: int, seconds: float) -> float:
+    """Points a second that a pass measured (0 when too few points to tell)."""
+    return points / seconds if points > 100_000 and seconds > 0 else 0.0
 
 
 def _cap(deadline: Deadline, rate: float, share: float = 0.5) -> int:
