@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from relay.span import SourceText, Span
+from relay.span import SourceText
 from service import sandbox
 from service.config import get_settings
 from service.errors import (
@@ -187,14 +187,6 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
     )
 
 
-def kernel_span(source: SourceText | None, name: str) -> Span | None:
-    """Where the caller's TVMScript defines the kernel `name` (its `def` line;
-    None for JSON input, which has no lines, or a kernel the text does not define)."""
-    from tvm_bridge.kernel_guard import def_span
-
-    return def_span(source, name)
-
-
 def _check_inputs(main: Any | None, name: str) -> Any:
     """Random inputs for the run check of `main` (the module's entry function,
     None when it has none): a user mistake is a 422 invalid-check."""
@@ -228,12 +220,13 @@ def _build(
     import hashlib
 
     import tvm_bridge
+    from tvm_bridge.kernel_guard import def_span
 
     def build_lowered() -> Any:
         try:
             return tvm_bridge.compile(lowered, job.targets, cuda_arch=job.cuda_arch)
         except tvm_bridge.UnscheduledKernel as err:
-            raise err.located(kernel_span(source, err.kernel)) from None
+            raise err.located(def_span(source, err.kernel)) from None
 
     compiled, compile_ms = _bridge_step(build_lowered, COMPILE_FAILED.slug)
     counts, copies = _operator_counts(lowered)

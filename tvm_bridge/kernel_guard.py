@@ -25,13 +25,14 @@ caller's TVMScript is at hand).
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from typing import Any
 
 import tvm
 
-from relay.span import ParseError, SourceText, Span
+from relay.span import ParseError, SourceText, Span, line_starts
 
 __all__ = ["REFUSED_TARGET_KINDS", "check_kernels", "def_span"]
 
@@ -104,7 +105,7 @@ def def_span(source: SourceText | None, name: str) -> Span | None:
     found = re.search(rf"^([ \t]*)def[ \t]+{re.escape(name)}[ \t]*\(", source.text, re.MULTILINE)
     if found is None:
         return None
-    line = source.text.count("\n", 0, found.start()) + 1
+    line = bisect.bisect_right(line_starts(source.text), found.start())
     column = len(found.group(1)) + 1
     return Span(source, line, column, line, column + len("def ") + len(name))
 

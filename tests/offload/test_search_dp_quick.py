@@ -13,7 +13,7 @@ import pytest
 from solver.deadline import Deadline
 from solver.optimize import Weights, budget_violations, evaluate, search_dp
 from solver.optimize.search_dp import _cases, _plan_of, _quick
-from tests.offload.test_offload_public import GENEROUS_MS, OFFLOAD, _text
+from tests.offload.test_offload_public import GENEROUS_MS, _text, needs_corpus
 from tests.offload.test_search_dp import assert_sound, least_run_time
 from tests.offload.test_search_dp_coarse import program_of
 from tests.solver.test_optimize_search import random_problem
@@ -51,7 +51,7 @@ OTHER_BUDGETS = (0.55, 0.65)
 
 @pytest.mark.tvm
 @pytest.mark.slow
-@pytest.mark.skipif(not OFFLOAD.is_dir(), reason="corpus not found (../shared/corpus/relax/offload)")
+@needs_corpus
 @pytest.mark.parametrize("fraction", OTHER_BUDGETS)
 def test_decoder_at_other_budgets_is_within_one_percent_in_few_passes(fraction: float) -> None:
     from service.planning import PlanJob, run_plan
