@@ -467,7 +467,10 @@ class SolverStats(BaseModel):
 
 class DeviceCostOut(BaseModel):
     operator_calls: int = Field(..., description="Operator calls placed on the device (not expressions).")
-    predicted_ms: float = Field(..., description="Predicted kernel time on the device.")
+    predicted_ms: float = Field(
+        ..., description="Predicted time on the device: its kernels plus the copies into it (`copy_ms`)."
+    )
+    copy_ms: float = Field(0.0, description="Predicted time of the copies into the device (part of `predicted_ms`).")
     weight_bytes: int = Field(..., description="Weights (parameters and constants) placed there.")
 
 

@@ -23,6 +23,7 @@ from service.compile_targets import compile_targets
 from service.device_map import device_map_table, record_device_map
 from service.picture import build_picture
 from service.record import (
+    KIND_OPERATOR,
     RELAY,
     Naming,
     PlacementGraph,
@@ -660,36 +661,156 @@ def _functions_summary(record: PlacementRecord) -> dict[str, Any]:
     return out
 
 
+PARAMETERS_LISTED = 20
+"""`--explain` lists each parameter's device for functions with at most this many parameters."""
+
+
 def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
-    """Lines for `--explain`: each global's parameter/result devices, each copy
-    (where, between which placements: the record's), divergences, notices, cost."""
-    lines = []
+    """Lines for `--explain`, most general first: a one-line summary, each
+    global's parameter and result devices (counted per device for a function
+    with many parameters), the per-device table (the cost model's figures:
+    kernels and copies in their own columns, adding up to the predicted time),
+    the optimize mode's proof, each copy (where, between which placements: the
+    record's), divergences, notices, estimates and a Relax plan's device map."""
+    table = device_table(outcome.cost, record)
+    lines = [summary_line(outcome, record, table)]
     for name, info in outcome.summary["functions"].items():
-        params = ", ".join(f"{p['name']} on {p['device']}" for p in info["params"])
-        lines.append(f"{name}({params}) -> result on {info['result']}")
+        lines.append(function_line(name, info))
+    if table is not None:
+        lines.extend(table.lines)
+    if outcome.cost is not None:
+        lines.extend(cost_lines(outcome.cost))
     by_node = {p.node: p.to_json() for p in record.placements}
     word = record.naming.copy
     for copy in record.copies:
         c = copy.to_json()
         lines.append(f"{word}{at_text(c)}: {c['src']} -> {c['dst']} ({copy_ends(c, by_node)}): {copy_cost_text(c)}")
-    if not record.copies:
-        lines.append(f"no {word} inserted")
-    times = record_times_line(record)
-    if times is not None:
-        lines.append(times)
     for d in outcome.divergences:
         lines.append(f"divergence{at_text(d)}: {d['src']} -> {d['dst']}: TVM 0.19 omits this copy")
     if outcome.unchecked_ops:
         lines.append("not type-checked (no type relation): " + ", ".join(outcome.unchecked_ops))
     lines.extend(f"notice: {n}" for n in outcome.notices)
-    if outcome.cost is not None:
-        lines.extend(cost_lines(outcome.cost))
     if record.language == "relax":
         groups = record_device_map(record)
         if groups:
-            lines.append("device map (modules by weight names, issue 30):")
+            lines.append("device map (modules by weight names):")
             lines.extend(device_map_table(groups).splitlines())
     return lines
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def summary_line(outcome: PlanOutcome, record: PlacementRecord, table: DeviceTable | None) -> str:
+    """`--explain`'s first line: functions, operator calls per device, copies and
+    the predicted time, e.g. `1 function; 297 operator calls: cpu 186, cuda 111;
+    12 copies (135.2 KiB); predicted 13.416 ms`."""
+    ops: dict[str, int] = {}
+    for p in record.placements:
+        if p.kind == KIND_OPERATOR:
+            ops[p.device] = ops.get(p.device, 0) + 1
+    counts = ", ".join(f"{d} {n}" for d, n in sorted(ops.items(), key=_device_order))
+    total = sum(ops.values())
+    parts = [
+        _plural(len(outcome.summary["functions"]), "function", "functions"),
+        f"{_plural(total, 'operator call', 'operator calls')}" + (f": {counts}" if counts else ""),
+    ]
+    copied = sum(c.bytes or 0 for c in record.copies)
+    word = _plural(len(record.copies), "copy", "copies")
+    parts.append(f"{word} ({bytes_text(copied)})" if record.copies else "no copies")
+    if table is not None:
+        parts.append(f"predicted {table.total_ms:.3f} ms")
+    line = "; ".join(parts)
+    if len(line) > SUMMARY_WIDTH:  # many devices: their counts go to the table
+        parts[1] = f"{_plural(total, 'operator call', 'operator calls')} on {_plural(len(ops), 'device', 'devices')}"
+        line = "; ".join(parts)
+    return line
+
+
+SUMMARY_WIDTH = 160
+"""The summary line's width; past it the per-device counts are left to the table."""
+
+
+def _device_order(item: tuple[str, Any]) -> tuple[bool, str]:
+    return (item[0] != "cpu", item[0])
+
+
+def function_line(name: str, info: Mapping[str, Any]) -> str:
+    """A global's parameter and result devices: each parameter by name for a
+    function with at most PARAMETERS_LISTED parameters, else a count per device
+    (each one's device is in `--report`'s placements)."""
+    params = info["params"]
+    if len(params) <= PARAMETERS_LISTED:
+        listed = ", ".join(f"{p['name']} on {p['device']}" for p in params)
+        return f"{name}({listed}) -> result on {info['result']}"
+    per: dict[str, int] = {}
+    for p in params:
+        per[p["device"]] = per.get(p["device"], 0) + 1
+    counts = ", ".join(f"{n} on {d}" for d, n in sorted(per.items(), key=_device_order))
+    return (
+        f"{name}: {len(params)} parameters ({counts}) -> result on {info['result']}; "
+        "each parameter's device: --report (HTTP: include [\"placements\"])"
+    )
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """`--explain`'s per-device table and the total its rows add up to."""
+
+    lines: list[str]
+    total_ms: float
+
+
+def device_table(cost: Mapping[str, Any] | None, record: PlacementRecord) -> DeviceTable | None:
+    """One row per device: operator calls, weight bytes, kernel time, the time
+    of the copies into the device, and their sum; a last row of totals, whose
+    sum is the plan's predicted time. In optimize mode the figures are
+    `cost.per_device` (a device's `predicted_ms` is its kernels plus
+    `copy_ms`); in the TVM mode they are the placement record's prices (each
+    copy counted on the device it copies into), the report's `prediction`.
+    None when the record is not priced (a plan without a view that shows times)."""
+    rows: list[tuple[str, int, int | None, float, float]] = []  # device, ops, weights, kernels, copies
+    if cost is not None:
+        for name, d in sorted(cost["per_device"].items(), key=_device_order):
+            copies = float(d.get("copy_ms", 0.0))
+            rows.append((name, d["operator_calls"], d["weight_bytes"], d["predicted_ms"] - copies, copies))
+        total_ms = float(cost["predicted_ms"])
+    else:
+        times = record.device_times()
+        if not times:
+            return None
+        into: dict[str, float] = {}
+        for c in record.copies:
+            into[c.dst] = into.get(c.dst, 0.0) + (c.predicted_ms or 0.0)
+        for name in sorted(set(times) | set(into), key=lambda n: _device_order((n, None))):
+            ops, ms = times.get(name, (0, 0.0))
+            rows.append((name, ops, None, ms, into.get(name, 0.0)))
+        total_ms = round(sum(r[3] + r[4] for r in rows), 6)
+    width = max([24, *(len(r[0]) for r in rows)])
+    weighed = cost is not None  # weight bytes: the optimize mode's budgets count them
+
+    def row(name: str, ops: object, weights: object, kernels: object, copies: object, total: object) -> str:
+        weight = f" {weights:>13}" if weighed else ""
+        return f"{name:<{width}} {ops:>9}{weight} {kernels:>11} {copies:>10} {total:>10}"
+
+    lines = [
+        "per device (cost model; kernels ms + copies ms = total ms; the last row is the predicted time):",
+        row("device", "operators", "weight bytes", "kernels ms", "copies ms", "total ms"),
+    ]
+    for name, ops, weights, kernels, copies in rows:
+        lines.append(row(name, ops, weights, f"{kernels:.3f}", f"{copies:.3f}", f"{kernels + copies:.3f}"))
+    lines.append(
+        row(
+            "total",
+            sum(r[1] for r in rows),
+            sum(r[2] or 0 for r in rows),
+            f"{sum(r[3] for r in rows):.3f}",
+            f"{sum(r[4] for r in rows):.3f}",
+            f"{total_ms:.3f}",
+        )
+    )
+    return DeviceTable(lines, total_ms)
 
 
 def at_text(item: Mapping[str, Any]) -> str:
@@ -705,44 +826,19 @@ def copy_cost_text(c: Mapping[str, Any]) -> str:
     return bytes_text(c.get("bytes")) + (f", {ms:.3f} ms" if ms is not None else "")
 
 
-def record_times_line(record: PlacementRecord) -> str | None:
-    """`--explain`'s line of the record's predicted times: per device its
-    operators and their summed kernel times, then the copies'; None when the
-    record is not priced."""
-    totals = record.device_times()
-    if not totals:
-        return None
-    parts = [
-        f"{name} {ops} operator{'s' if ops != 1 else ''} {ms:.3f} ms"
-        for name, (ops, ms) in sorted(totals.items(), key=lambda kv: (kv[0] != "cpu", kv[0]))
-    ]
-    copies = record.copy_ms()
-    if record.copies:
-        parts.append(f"{len(record.copies)} cop{'y' if len(record.copies) == 1 else 'ies'} {copies:.3f} ms")
-    total = round(sum(ms for _, ms in totals.values()) + copies, 6)
-    return f"placement times (cost model): {'; '.join(parts)}; total {total:.3f} ms"
-
-
-def cost_lines(cost: dict[str, Any]) -> list[str]:
-    """The cost table of an optimize-mode plan, for `--explain`."""
+def cost_lines(cost: Mapping[str, Any]) -> list[str]:
+    """An optimize-mode plan's proof (predicted time, bound, method, the TVM
+    mode's time) and the cost model's estimates, for `--explain`."""
     tvm_ms = cost.get("tvm_mode_predicted_ms")
     tvm = f"{tvm_ms:.3f} ms" if tvm_ms is not None else f"n/a ({cost.get('tvm_mode_reason') or 'infeasible'})"
     gap = cost.get("gap")
     gap_text = f"gap {gap:.2%}" if gap is not None else "no gap (bound 0)"
     proof = "optimal" if cost["optimal"] else f"best found, bound {cost['bound_ms']:.3f} ms, {gap_text}"
     summary = (
-        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; method {cost['method']}; TVM mode {tvm}); "
-        f"{cost['copies']} {'copy' if cost['copies'] == 1 else 'copies'}, {cost['bytes_copied']} bytes copied; "
-        f"solver {cost['solver_ms']:.1f} ms"
+        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; method {cost['method']}; "
+        f"solver {cost['solver_ms']:.1f} ms); TVM mode {tvm}"
     )
-    lines = [
-        summary,
-        f"{'device':<24} {'operators':>9} {'predicted ms':>13} {'weight bytes':>13}",
-    ]
-    for name, d in sorted(cost["per_device"].items()):
-        lines.append(
-            f"{name:<24} {d['operator_calls']:>9} {d['predicted_ms']:>13.3f} {d['weight_bytes']:>13}"
-        )
+    lines = [summary]
     for e in cost.get("estimates", ()):
         lines.append(f"estimate{at_text(e)}: {e['kind']}: {e['message']}")
     return lines

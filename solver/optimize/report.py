@@ -14,13 +14,15 @@ class DeviceCost:
     """One device's share of a plan."""
 
     operators: int
-    predicted_ms: float
+    predicted_ms: float  # its kernels' time plus `copy_ms`
     weight_bytes: int
+    copy_ms: float = 0.0  # the copies into the device (part of `predicted_ms`)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "operator_calls": self.operators,  # operator calls, not expressions (issue 19)
+            "operator_calls": self.operators,  # operator calls, not expressions
             "predicted_ms": self.predicted_ms,
+            "copy_ms": self.copy_ms,
             "weight_bytes": self.weight_bytes,
         }
 

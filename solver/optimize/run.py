@@ -219,7 +219,9 @@ def _report(
     nbytes: int,
     times: Mapping[str, float],
 ) -> CostReport:
-    per: dict[str, list[int]] = {name: [0, 0, 0] for name in problem.names}
+    # per device: operator calls, kernel + copy ns, weight bytes, copy ns (a copy
+    # counts on the device it copies into)
+    per: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in problem.names}
     for c, d in enumerate(solution.assign):
         row = per[problem.names[d]]
         row[0] += problem.ops[c]
@@ -228,11 +230,14 @@ def _report(
     for u, v, b, uses in problem.edges:
         du, dv = solution.assign[u], solution.assign[v]
         if du != dv:
-            per[problem.names[du]][1] += problem.edge_ns(b, dv, du, uses)
+            copy = problem.edge_ns(b, dv, du, uses)
+            per[problem.names[du]][1] += copy
+            per[problem.names[du]][3] += copy
     for d, ns_in in problem.fixed_copy_ns.items():
         per[problem.names[d]][1] += ns_in
+        per[problem.names[d]][3] += ns_in
     per_device = {
-        name: DeviceCost(row[0], ns_to_ms(row[1]), row[2])
+        name: DeviceCost(row[0], ns_to_ms(row[1]), row[2], copy_ms=ns_to_ms(row[3]))
         for name, row in per.items()
         if row[0] or row[1] or row[2]
     }

@@ -71,7 +71,7 @@ def test_report_carries_the_device_map_and_validates(planned: tuple[Any, dict[st
 def test_explain_prints_the_device_map_table(planned: tuple[Any, dict[str, Any]]) -> None:
     outcome, _ = planned
     lines = outcome.explanation
-    start = lines.index("device map (modules by weight names, issue 30):")
+    start = lines.index("device map (modules by weight names):")
     table = lines[start + 1 :]
     assert table[0].split()[:2] == ["module", "device"]
     rows = {line.split()[0]: line.split() for line in table[1:]}

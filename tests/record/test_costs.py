@@ -15,6 +15,7 @@ import relay
 import solver
 from service.picture import build_picture
 from service.planning import PlanJob, RelaySource, plan_record, plan_report
+from tests.explain_table import device_rows
 from tests.record.views import CORPUS, ms_text
 
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found (../shared/corpus)")
@@ -118,7 +119,7 @@ def test_a_plan_without_views_is_not_priced() -> None:
     priced = plan_record(RelaySource(module), solver.PlanConfig())
     assert [p.predicted_ms is not None for p in priced.placements] == [p.kind == "operator" for p in priced.placements]
     explained = run_plan(PlanJob(module=text, explain=True)).explanation
-    assert explained is not None and any(line.startswith("placement times (cost model): ") for line in explained)
+    assert explained is not None and device_rows(explained)["total"]["total ms"] == f"{sum(ms for _, ms in priced.device_times().values()):.3f}"
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from service.planning import PlanJob, PlanOutcome, plan_report
 from service.record import copy_ends, placement_head
 from service.report import load_schema
 from service.units import bytes_text
+from tests.explain_table import device_rows
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 RELAX = CORPUS / "relax"
@@ -176,9 +177,25 @@ def check_views(outcome: PlanOutcome, report: dict[str, Any], before: dict[str, 
     for device, entry in report["prediction"]["per_device"].items():
         mine = [p["predicted_ms"] for p in operators if p["device"] == device]
         assert entry["operator_calls"] == len(mine) and entry["kernel_ms"] == pytest.approx(sum(mine), abs=1e-6)
-    (times,) = [line for line in outcome.explanation if line.startswith("placement times (cost model): ")]
-    total = sum(p["predicted_ms"] for p in operators) + sum(c["predicted_ms"] or 0 for c in copies)
-    assert times.endswith(f"; total {total:.3f} ms"), (times, total)
+    # --explain's per-device table: the cost model's figures (optimize: `cost.per_device`, TVM mode: the
+    # record's, each copy on the device it copies into); kernels + copies = a row's total, the rows add up.
+    table = device_rows(outcome.explanation)
+    totals = table.pop("total")
+    for device, entry in report["prediction"]["per_device"].items():
+        assert float(table[device]["kernels ms"]) == pytest.approx(entry["kernel_ms"], abs=2e-3), (device, table)
+    for device, row in table.items():
+        assert float(row["kernels ms"]) + float(row["copies ms"]) == pytest.approx(float(row["total ms"]), abs=2e-3)
+    assert sum(float(row["total ms"]) for row in table.values()) == pytest.approx(
+        float(totals["total ms"]), abs=1e-3 * len(table)
+    )
+    if outcome.cost is not None:
+        assert totals["total ms"] == f"{outcome.cost['predicted_ms']:.3f}"
+        for device, d in outcome.cost["per_device"].items():
+            assert table[device]["total ms"] == f"{d['predicted_ms']:.3f}", (device, table)
+            assert table[device]["copies ms"] == f"{d['copy_ms']:.3f}", (device, table)
+    else:
+        total = sum(p["predicted_ms"] for p in operators) + sum(c["predicted_ms"] or 0 for c in copies)
+        assert totals["total ms"] == f"{total:.3f}", (totals, total)
     # Every copy has a producer, and its location is the producer's (where the text has one).
     for c in copies:
         assert c["from"], c

@@ -13,6 +13,7 @@ import relay
 from service.cli import main, parse_bytes
 from service.examples import BIG_HEAD, CONFLICT, CPU_ANNOTATION, HEAD_PINS, PLAIN, SMALL_CNN
 from tests._service import run_devplan
+from tests.explain_table import device_rows
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -98,9 +99,9 @@ def test_optimize_mode_keeps_backbone_on_cuda_and_explains_cost(capsys: Any, wri
     assert out.count("device_copy(") == 1
     lines = err.splitlines()
     summary = next(line for line in lines if line.startswith("predicted "))
-    assert "optimal" in summary and "1 copy," in summary
-    table = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("cpu ", "cuda "))}
-    assert int(table["cuda"][0]) > int(table["cpu"][0]) >= 2
+    assert "optimal" in summary and "; 1 copy (" in lines[0]
+    table = device_rows(err)
+    assert int(table["cuda"]["operators"]) > int(table["cpu"]["operators"]) >= 2
     # The TVM mode (default) with the same pins moves the backbone to the cpu and prints no cost.
     code, tvm_out, err = run_cli(capsys, "plan", path, *pins, "--explain")
     assert code == 0 and not any(line.startswith("predicted ") for line in err.splitlines())
@@ -111,14 +112,13 @@ def test_memory_budget_and_files(capsys: Any, write: Any) -> None:
     path = write("head.relay", BIG_HEAD)
     code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--explain")
     assert code == 0, err
-    cuda_free = next(line for line in err.splitlines() if line.startswith("cuda "))
-    assert int(cuda_free.split()[3]) > 8 * 2**20  # the big weight lives on cuda without a budget
+    assert int(device_rows(err)["cuda"]["weight bytes"]) > 8 * 2**20  # the big weight lives on cuda without a budget
     code, out, err = run_cli(
         capsys, "plan", path, "--mode", "optimize", "--memory-budget", "cuda=8MiB", "--explain"
     )
     assert code == 0, err
-    cuda = [line for line in err.splitlines() if line.startswith("cuda ")]
-    assert not cuda or int(cuda[0].split()[3]) <= 8 * 2**20
+    cuda = device_rows(err).get("cuda")
+    assert cuda is None or int(cuda["weight bytes"]) <= 8 * 2**20
     # The same budget from a --device-profiles file gives the same plan.
     profiles = write("profiles.json", json.dumps({"cuda": {"memory_bytes": 8 * 2**20}}))
     code, same, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--device-profiles", profiles)
@@ -128,7 +128,7 @@ def test_memory_budget_and_files(capsys: Any, write: Any) -> None:
     support = write("support.json", json.dumps({"cuda": {"unsupported": ops}}))
     code, out, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--op-support", support, "--explain")
     assert code == 0, err
-    assert not any(line.startswith("cuda ") for line in err.splitlines())
+    assert "cuda" not in device_rows(err)
 
 
 def test_cost_table_file_moves_an_operator(capsys: Any, write: Any) -> None:
@@ -141,9 +141,9 @@ def test_cost_table_file_moves_an_operator(capsys: Any, write: Any) -> None:
         "table.json", json.dumps({"version": 1, "entries": [{"key": key, "device": "cpu", "ns": 1e9}]})
     )
     code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--explain")
-    assert code == 0 and any(line.startswith("cpu ") for line in err.splitlines()), err
+    assert code == 0 and "cpu" in device_rows(err), err
     code, _, err = run_cli(capsys, "plan", path, "--mode", "optimize", "--cost-table", table, "--explain")
-    assert code == 0 and not any(line.startswith("cpu ") for line in err.splitlines()), err
+    assert code == 0 and "cpu" not in device_rows(err), err
 
 
 def test_optimize_conflict_exits_3(capsys: Any, write: Any) -> None:
