@@ -193,7 +193,7 @@ def measure(models: Sequence[str], repeat: int, kernel_budget_s: float) -> dict[
         **_record_head(str(tvm.__version__)),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cuda_runs": {
-            "source": "issue 17: the bridge's all-GPU builds (dlight default schedules) on an NVIDIA H200",
+            "source": "the bridge's all-GPU builds (dlight default schedules) on an NVIDIA H200",
             "ms": H200_RUNS_MS,
         },
     }
@@ -267,7 +267,7 @@ def merge_best(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------
-# Relax models exported from PyTorch (issue 28): whole-model runs (needs TVM)
+# Relax models exported from PyTorch: whole-model runs (needs TVM)
 
 RELAX_CORPUS = CORPUS / "relax"
 RELAX_RECORD = ROOT / "benchmarks" / "calibration_relax.json"
@@ -483,7 +483,7 @@ def relax_table(record: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------
 # fit and report (no TVM)
 
-# The all-GPU runs of the bridge's builds on an NVIDIA H200 (issue 17), ms.
+# The all-GPU runs of the bridge's builds on an NVIDIA H200, ms.
 H200_RUNS_MS = {"resnet18": 13.9, "resnet50": 30.8, "densenet121": 36.0, "squeezenet": 4.1, "mobilenet": 10.0}
 # The roofline bases the efficiencies are fractions of (docs/calibration.md).
 LLVM_BASE = {"peak_gflops": 50.0, "mem_gbps": 50.0}
@@ -537,7 +537,7 @@ SPILL_BYTES = 4 << 20
 def fit_spill(relax_record: Mapping[str, Any], dense: Any, launch_us: float) -> Any:
     """`dense` with the spill rate (`spill_compute` on the grid, squared log
     error, each call once) that best predicts the Relax record's matmuls whose
-    streamed operand exceeds `SPILL_BYTES` (issue 28: linear layers of
+    streamed operand exceeds `SPILL_BYTES` (linear layers of
     transformers; TVM's default llvm schedule re-reads the weight once per
     output row along its strides). The kernels' features are the recorded ones
     (`measure-relax`; redo it after changing the cost formulas)."""
@@ -777,7 +777,7 @@ def _table(rows: Sequence[Sequence[Any]], head: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-# The issue's runs of the same builds on this machine under load (issue 17), ms.
+# Earlier runs of the same builds on this machine under load, ms.
 ISSUE_RUNS_MS = {"mlp": 1.34, "resnet18": 1744.0, "mobilenet": 506.0}
 
 
@@ -870,7 +870,7 @@ def fit_and_report(record: Mapping[str, Any]) -> int:
         )
     )
     claunch, crates = fit_cuda(rates)
-    print(f"\ncuda fit (H200 runs of issue 17): launch_us={claunch}, base {CUDA_BASE}")
+    print(f"\ncuda fit (H200 runs of the all-GPU builds): launch_us={claunch}, base {CUDA_BASE}")
     print(
         _table(
             [(c, r.compute, r.memory, r.saturation) for c, r in sorted(crates.items())],

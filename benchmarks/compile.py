@@ -13,7 +13,7 @@ TVM-planned module as well. The bridge's overhead is `to_relax` / `tvm.compile`
     python benchmarks/compile.py --models resnet18 --repeat 10 --cuda
     python benchmarks/compile.py --run-check --models resnet18 --repeat 3
 
-`--run-check` (issue 27) times the service's run check instead (`compile_workers.run_check`:
+`--run-check` times the service's run check instead (`compile_workers.run_check`:
 the 2-CPU build and the 1-CPU reference run on the same inputs and compared): in the
 sandbox (a child process under the layers that work here, DEVPLAN_RUN_CHECK_* defaults)
 and with DEVPLAN_COMPILE_SANDBOX=off (both in this process), with the child's CPU time

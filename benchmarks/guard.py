@@ -1,4 +1,4 @@
-"""What the input checks of issue 26 cost, on the Relax corpus (docs/security.md).
+"""What the input checks (the TVMScript reader, the JSON check) cost, on the Relax corpus (docs/security.md).
 
 Per corpus model, best of `--repeat`, in milliseconds:
 

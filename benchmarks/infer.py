@@ -1,7 +1,7 @@
 """Type inference time: `relay.infer_types` on corpus models and long chains.
 
 Parsing is excluded (each module is parsed or built once, then inferred
-`--repeat` times; the median is shown). Targets from issue 10: resnet50
+`--repeat` times; the median is shown). Targets: resnet50
 under 30 ms, densenet121 under 60 ms, a chain of 200k bindings under 5 s.
 Run: `python benchmarks/infer.py [--repeat N] [--quick]`.
 """

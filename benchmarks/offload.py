@@ -1,4 +1,4 @@
-"""Offload plans for models bigger than the GPU (issue 30): our optimize mode
+"""Offload plans for models bigger than the GPU: our optimize mode
 against accelerate's `device_map="auto"`, and planning at Llama-2-7B's width.
 
 Part 1, the public decoder (`../shared/corpus/relax/offload/llama_h1024_l8`,

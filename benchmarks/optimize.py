@@ -1,4 +1,4 @@
-"""Optimize-mode benchmark (issue 11): end-to-end plan time, parsing excluded.
+"""Optimize-mode benchmark: end-to-end plan time, parsing excluded.
 
 Prints one row per case: total time (everything `solver.plan` does in
 optimize mode, including the TVM-mode prediction), the solve step alone,
@@ -9,7 +9,7 @@ resnet50 <= 300 ms and densenet121 <= 1 s proven optimal, a 10k-operator DAG
 
     python benchmarks/optimize.py            # everything
     python benchmarks/optimize.py --quick    # corpus models and the 10k DAG
-    python benchmarks/optimize.py --hard     # issue 17: several GPUs and budgets (optimum, ratio, gap)
+    python benchmarks/optimize.py --hard     # several GPUs and budgets (optimum, ratio, gap)
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------
-# Hard cases (issue 17, helper "search"): several GPUs and memory budgets.
+# Hard cases: several GPUs and memory budgets.
 # Each row: the plan's predicted ms with the default timeout_ms (10 s), the
 # optimum of the same problem (computed once per case by
 # benchmarks/optimize_reference.py, HiGHS with a long time limit, recorded in
@@ -336,7 +336,7 @@ def hard_cases(labels: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------
-# Calibration table (issue 17, helper "calibrate"; the solving rows above are
+# Calibration table (the solving rows above are
 # separate): the built-in profiles' all-cpu predictions of mlp, resnet18,
 # mobilenet and squeezenet against the runs recorded in
 # benchmarks/calibration.json (and the all-GPU ones against the H200 runs).

@@ -1,5 +1,5 @@
 """The optimum of each hard case of benchmarks/optimize.py, computed once with
-a long time limit (issue 17), for the benchmark's ratio column.
+a long time limit, for the benchmark's ratio column.
 
 Each case's problem (the project's own `Problem`: classes, allowed devices,
 kernel ns, copy edges, budgets) is built by the optimize pipeline with the

@@ -1,4 +1,4 @@
-"""Placement picture render time (issue 13): build the DOT of a planned corpus
+"""Placement picture render time: build the DOT of a planned corpus
 model and render it to SVG with Graphviz `dot`. Target: under 1 s each for
 resnet50 and densenet121 (the picture's own work: build + render; planning
 is shown separately). Run: `python benchmarks/picture.py [--repeat N]`.

@@ -61,7 +61,7 @@ def chain(n: int) -> Module:
 def annotated_chain(n: int) -> Module:
     """`chain(n)` with one `on_device(..., virtual_device=meta[VirtualDevice][0])`
     in the middle (a meta reference the planner resolves, and an annotation it
-    normalises): a one-node change to a big module (issue 16)."""
+    normalises): a one-node change to a big module."""
     x = Var("x", T)
     e: Expr = x
     device = MetaRef("VirtualDevice", 0)
@@ -220,7 +220,7 @@ def main() -> None:
         rows.append(measure("adds 10000", chain(10_000), args.repeat, False, z3))
         rows.append(measure("adds 50000", chain(50_000), 1, False, z3))
         rows.append(measure("lets 50000", let_chain(0, lets=50_000), 1, False, z3))
-        # One annotation with a meta reference in the middle of the 50k chain (issue 16).
+        # One annotation with a meta reference in the middle of the 50k chain.
         # meta[VirtualDevice][0] is the cpu.
         rows.append(measure("adds 50000, one annotation", annotated_chain(50_000), 1, False, z3, ("cpu",)))
     header = (

@@ -1,4 +1,4 @@
-"""Relax planning against Relay planning on the same model (issue 21).
+"""Relax planning against Relay planning on the same model.
 
 The Relax module is the one the bridge makes from the corpus model (resnet50
 by default), printed as TVMScript. Timed, best of `--repeat`, in TVM mode:
@@ -9,8 +9,8 @@ by default), printed as TVMScript. Timed, best of `--repeat`, in TVM mode:
   (`tvm.script.from_source`) is reported on its own line: it is TVM's cost,
   paid by any tool that reads TVMScript.
 
-With `--corpus`, the models PyTorch users export (issue 28,
-`../shared/corpus/relax`: torchvision and Hugging Face, `offload/` included)
+With `--corpus`, the models PyTorch users export
+(`../shared/corpus/relax`: torchvision and Hugging Face, `offload/` included)
 instead: per model, reading (TVM JSON, and TVMScript through the allowlisted
 reader), then per mode our translation, `solver.plan`, reading the placement
 and writing it back, and optimize mode's estimate count (none should say
@@ -156,7 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--corpus", action="store_true", help="the Relax corpus models instead (issue 28)")
+    parser.add_argument("--corpus", action="store_true", help="the Relax corpus models instead")
     parser.add_argument("--models", nargs="+", default=list(CORPUS_MODELS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -1,11 +1,11 @@
-"""Plan-report time (issue 22's `include: ["placements"]`, `devplan plan
+"""Plan-report time (`include: ["placements"]`, `devplan plan
 --report`): the plan with a why-answer for every placement, against the plan
 alone, for corpus models in both modes. The answers share their walks (each
 component once), so the report grows about linearly with the module; before
 stop 24 every answer walked its whole component again (densenet121 in TVM
 mode: 2.8 s, now about 0.6 s on the 2-core machine).
 
-Since issue 29 every plan builds its placement record (the copies, pins and
+Every plan builds its placement record (the copies, pins and
 placements every view reads), without `decided_by`: the "record ms" column
 is what each /plan pays, against "plan ms" for the planner alone.
 

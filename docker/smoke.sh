@@ -7,7 +7,7 @@
 # debootstrap (cached between runs); build the image; check it refuses to start without an API key
 # (it listens on 0.0.0.0: exit 2 naming DEVPLAN_API_KEYS and DEVPLAN_ALLOW_ANONYMOUS); run it with a
 # key on a loopback port; wait until healthy; POST a /plan example and check the answer (and, on the
-# full image, that issue 26's attack is a 400 and ran nothing); check it runs as non-root; stop it
+# full image, that TVMScript which would run code in TVM's parser is a 400 and ran nothing); check it runs as non-root; stop it
 # and check it stopped gracefully; clean up.
 #
 # Exit status: 0 when every step passed; 1 on any failure; 0 with a "SKIPPED: <reason>" line only when

@@ -124,7 +124,7 @@ def check_key(base: str) -> str:
 
 
 ATTACK_MARKER = "/tmp/devplan-smoke-pwned"
-# Issue 26's example: TVM's parser would run the annotation's __import__ (the full image has TVM).
+# TVMScript whose annotation TVM's parser would evaluate, running its __import__ (the full image has TVM).
 ATTACK_MODULE = f"""@I.ir_module
 class Module:
     @R.function
@@ -183,7 +183,7 @@ class Module:
 
 
 def check_relax(base: str, variant: str) -> str:
-    """Issue 21: the full image plans a Relax module; the plan image (no TVM) answers 503
+    """The full image plans a Relax module; the plan image (no TVM) answers 503
     tvm-unavailable for it and still plans Relay."""
     reply = request(base, "POST", "/plan", {"module": RELAX_MODULE, "default_device": "cpu"})
     if variant == "full":
@@ -197,7 +197,7 @@ def check_relax(base: str, variant: str) -> str:
 
 
 def check_compile(base: str) -> str:
-    """Full variant: /compile for llvm, when the service has the route (issue 5)."""
+    """Full variant: /compile for llvm, when the service has the route."""
     spec = request(base, "GET", "/openapi.json").json()
     if "/compile" not in spec.get("paths", {}):
         return "route /compile not in this build (skipped)"

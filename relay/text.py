@@ -151,7 +151,7 @@ _FLOAT_SUFFIX = {"": "float32", "f": "float32", "f16": "float16", "f32": "float3
 
 # Token kinds after classification.
 EOF = "eof"
-# Tokens quoted in messages are cut to this many characters (issue 19: 10 MB of garbage
+# Tokens quoted in messages are cut to this many characters (10 MB of garbage
 # is one token, and a message is not the place to echo it).
 MAX_EXCERPT_CHARS = 80
 # More digits than Python's int() converts (sys.int_info.str_digits_check_threshold is 640,

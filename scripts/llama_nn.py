@@ -1,5 +1,5 @@
 """A Llama-shaped decoder built with `tvm.relax.frontend.nn`, for the offload
-benchmark (issue 30): no weights, no torch.
+benchmark: no weights, no torch.
 
 The module structure follows how MLC-LLM lays out its Llama models (a fused
 `qkv_proj` and `gate_up_proj` per layer, RMSNorm without bias, a separate

@@ -1,5 +1,5 @@
-"""The `devplan` command: `devplan plan ...` (planning contract of issue 3), `devplan profile`
-(the optimize mode's cost table, issue 11) and `devplan serve`.
+"""The `devplan` command: `devplan plan ...` (its contract: docs/cli.md), `devplan profile`
+(the optimize mode's cost table) and `devplan serve`.
 
 Exit codes of `devplan plan` (and `devplan diff`, which also exits 6 when a --fail-on rule is
 hit): 0 planned; 1 usage or I/O error (bad flag or
@@ -77,7 +77,7 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
         "--no-check-types",
         dest="check_types",
         action="store_false",
-        help="skip the type check before planning (operator names are still checked; issue 18)",
+        help="skip the type check before planning (operator names are still checked)",
     )
     add(
         "--mode",
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also write the placement report (JSON: every placement, copy and the predicted time; - for stdout)",
     )
-    add("--explain", action="store_true", help="print devices of globals and inserted copies on stderr")
+    add("--explain", action="store_true", help="print a summary of the plan, the devices of globals, a per-device cost table and every copy on stderr")
     add(
         "--why",
         metavar="SELECTOR",
@@ -369,7 +369,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
 
 
 def _output_format(args: argparse.Namespace, module: str) -> Literal["text", "json"]:
-    """--output-format, else text, or for a Relax module its own encoding (issue 21)."""
+    """--output-format, else text, or for a Relax module its own encoding."""
     if args.output_format is not None:
         return cast(Literal["text", "json"], args.output_format)
     from relay.detect import detect_encoding, detect_language

@@ -1,4 +1,4 @@
-"""What `POST /compile` would build for each device of a plan, known without TVM (issue 19).
+"""What `POST /compile` would build for each device of a plan, known without TVM.
 
 A planned module keeps TVM's target text (a plain `cuda` device prints as TVM 0.19's
 `cuda -keys=cuda,gpu -arch=sm_50 ...`), while the TVM bridge compiles for

@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     compile_workers: int = Field(
         1, ge=1, description="POST /compile: compiles that may run at the same time."
     )
-    # Issue 27: the run check runs the caller's kernels, only in a sandbox (docs/security.md).
+    # The run check runs the caller's kernels, only in a sandbox (docs/security.md).
     compile_sandbox: Literal["on", "off"] = Field(
         "on",
         description="on: each run check runs in a child process under rlimits, a wall clock, a seccomp "
@@ -121,7 +121,7 @@ class Settings(BaseSettings):
         ge=0,
         description="Stored libraries unused for longer than this are evicted. 0: no age limit.",
     )
-    # Admission control and memory (issue 12): see README "Limits".
+    # Admission control and memory: see docs/http-api.md, "Limits".
     max_inflight_bytes: Bytes = Field(
         128 * 1024 * 1024,
         ge=1024,
@@ -167,7 +167,7 @@ class Settings(BaseSettings):
         description="Serve on a non-loopback address without DEVPLAN_API_KEYS anyway (`devplan serve` "
         "refuses to otherwise; docs/security.md).",
     )
-    # Build farm (issue 20): docs/farm.md.
+    # Build farm: docs/farm.md.
     queue_url: str = Field(
         "",
         description="redis://host:6379/0: compile jobs go to an RQ queue on that Redis, run by `devplan "

@@ -43,7 +43,7 @@ class ErrorKind:
 MALFORMED_MODULE = ErrorKind(
     "malformed-module", 400, "The module does not parse or verify", EXIT_MALFORMED, "malformed"
 )
-# Issue 18: the module parses but is ill-typed (TVM 0.19's InferType rejects it before planning).
+# The module parses but is ill-typed (TVM 0.19's InferType rejects it before planning).
 TYPE_ERROR = ErrorKind("type-error", 400, "The module is not well typed", EXIT_MALFORMED, "type_error")
 INVALID_CONFIG = ErrorKind(
     "invalid-config", 422, "The planning configuration is invalid", EXIT_USAGE, "invalid_config"
@@ -73,7 +73,7 @@ COMPILE_FAILED = ErrorKind("compile-failed", 422, "TVM could not compile the mod
 INVALID_CHECK = ErrorKind(
     "invalid-check", 422, "The run check cannot run on this module (turn run_check off)"
 )
-# Issue 27: the run check's sandboxed child broke a limit or a rule (seccomp, CPU, memory), or its run
+# The run check's sandboxed child broke a limit or a rule (seccomp, CPU, memory), or its run
 # failed; the detail names which. Its wall-clock limit is a compile-timeout.
 RUN_CHECK_FAILED = ErrorKind(
     "run-check-failed", 422, "The run check broke a sandbox limit or rule, or its run failed"
@@ -81,7 +81,7 @@ RUN_CHECK_FAILED = ErrorKind(
 TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
 COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
-# Build farm (issue 20): the queue (Redis) or the artifact store cannot be reached, a job's
+# Build farm: the queue (Redis) or the artifact store cannot be reached, a job's
 # worker died more often than DEVPLAN_COMPILE_RETRIES allows, a job was cancelled.
 QUEUE_UNAVAILABLE = ErrorKind("queue-unavailable", 503, "The compile queue (Redis) cannot be reached")
 ARTIFACT_STORE_UNAVAILABLE = ErrorKind(

@@ -130,7 +130,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
 }
 
-# Issue 13: why-queries and the picture.
+# Why-queries and the picture.
 PLAN_EXAMPLES["why"] = {
     "summary": "Why is the multiply on the cpu? (why-queries)",
     "description": '`why` takes selectors (`op`, `param`, `function`, `{"at": "LINE:COL"}`, '

@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.start()
         log.info("planning pool ready (%s)", pool.describe())
-        # Issue 27: which sandbox layers work here, found once, logged, shown by /readyz.
+        # Which sandbox layers work here, found once, logged, shown by /readyz.
         app.state.sandbox = await asyncio.to_thread(sandbox.startup, settings, "service")
         try:
             yield

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from service.config import Settings
 
 # --------------------------------------------------------------------------
-# Device specs and request-level constraints (device-planning.md, section 1)
+# Device specs and request-level constraints (docs/planning.md, section 1)
 
 
 class DeviceObject(BaseModel):
@@ -112,7 +112,7 @@ def constraint_to_plain(c: DeviceConstraint) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------
-# Optimize mode (issue 11): operator support, device profiles, links, cost table
+# Optimize mode: operator support, device profiles, links, cost table
 
 # Device names in requests are the short names the responses use: "cpu", "cuda", "cuda:1".
 DeviceName = Annotated[str, Field(min_length=1, max_length=256)]
@@ -367,7 +367,7 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
 
 def _output_format(request: PlanRequest) -> Literal["text", "json"]:
     """The requested output encoding; when the request names none, text for
-    Relay and, for a Relax module (issue 21), the input's own encoding."""
+    Relay and, for a Relax module, the input's own encoding."""
     if "output_format" in request.model_fields_set:
         return request.output_format
     encoding = request.format or detect_encoding(request.module)
@@ -415,7 +415,7 @@ class PlannedCopyOut(DeviceCopyOut):
 
 
 class DivergenceOut(DeviceCopyOut):
-    """A copy the plan has where TVM 0.19's own answer omits it (issue 18: nested
+    """A copy the plan has where TVM 0.19's own answer omits it (nested
     annotations); it is also among `summary.device_copies`."""
 
     reason: str = Field(..., description="Why TVM 0.19's plan lacks this copy.")
@@ -720,7 +720,7 @@ class ReadyWorkers(BaseModel):
 
 
 class ReadySandbox(BaseModel):
-    """Issue 27: the run check's sandbox as this process found it at start (queue workers
+    """The run check's sandbox as this process found it at start (queue workers
     log their own)."""
 
     mode: Literal["on", "off"] = Field(..., description="DEVPLAN_COMPILE_SANDBOX.")

@@ -42,7 +42,7 @@ Format = Literal["text", "json"]
 # A PlanFailure's kind is the slug of an `errors.ErrorKind` (the one table of
 # kinds: problem status and title, CLI exit code, metric outcome).
 KIND_MALFORMED = errors.MALFORMED_MODULE.slug
-KIND_TYPE = errors.TYPE_ERROR.slug  # issue 18: well formed but ill typed
+KIND_TYPE = errors.TYPE_ERROR.slug  # well formed but ill typed
 KIND_CONFIG = errors.INVALID_CONFIG.slug
 KIND_CONFLICT = errors.PLANNING_CONFLICT.slug
 KIND_TIMEOUT = errors.SOLVER_TIMEOUT.slug
@@ -106,10 +106,10 @@ class PlanJob:
     explain: bool
     name: str
     request_id: str | None  # for the worker's log lines
-    # Issue 13: selectors to explain (`why`), and the picture's options (None: no picture).
+    # Selectors to explain (`why`), and the picture's options (None: no picture).
     why: tuple[dict[str, Any], ...]
     picture: dict[str, Any] | None
-    # Issue 22: `("placements",)` adds the placement report's fields to the outcome.
+    # `("placements",)` adds the placement report's fields to the outcome.
     include: tuple[str, ...]
 
     def __init__(
@@ -257,13 +257,13 @@ class PlanOutcome:
     cost: dict[str, Any] | None = None  # optimize mode: CostReport.to_json()
     why: list[dict[str, Any]] | None = None  # one WhyResult.to_json() per selector
     picture: dict[str, Any] | None = None  # service.picture.Picture.to_json() (DOT, not SVG)
-    # `include: ["placements"]` (issue 22): service.report.Placements' three parts.
+    # `include: ["placements"]`: service.report.Placements' three parts.
     placements: list[dict[str, Any]] | None = None
     copies: list[dict[str, Any]] | None = None
     prediction: dict[str, Any] | None = None
-    # Issue 30: a Relax plan's device map (service.device_map), with `include: ["placements"]`.
+    # A Relax plan's device map (service.device_map), with `include: ["placements"]`.
     device_map: list[dict[str, Any]] | None = None
-    # Issue 18: the copies TVM 0.19 omits that the plan has, the operators the
+    # The copies TVM 0.19 omits that the plan has, the operators the
     # type check could not check, and what the client should know.
     divergences: list[dict[str, Any]] = field(default_factory=list)
     unchecked_ops: list[str] = field(default_factory=list)
@@ -367,7 +367,7 @@ def build_config(
 
 class Source(Protocol):
     """A module read for planning, in the language it was written in: the one
-    fork of the request path (issue 29). Everything between reading and
+    fork of the request path. Everything between reading and
     writing (planning, why-answers, the placement record and every view of
     it) is the same code for both languages."""
 
@@ -430,7 +430,7 @@ def read_source(job: PlanJob) -> Source:
 def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     """Read, plan and write one module; raises PlanFailure for every expected failure.
 
-    One route for both languages (issue 29): the language decides how the
+    One route for both languages: the language decides how the
     module is read (`read_source`) and how the plan is written back
     (`Source.write`); planning, why-answers, the placement record
     (`service.record`) and every view of it (summary, explanation, report,
@@ -549,7 +549,7 @@ def _solve_failure(err: Exception, job: PlanJob) -> PlanFailure:
     if isinstance(err, solver.PlanConfigError):
         return PlanFailure.plain(KIND_CONFIG, str(err))
     if isinstance(err, relay.TypeInferenceError):
-        # TVM type-checks before planning; so do we (issue 18).
+        # TVM type-checks before planning; so do we.
         return PlanFailure.from_relay_error(KIND_TYPE, err)
     if isinstance(err, relay.RelayError):
         # The planner rejecting the module for a reason other than a conflict

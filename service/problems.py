@@ -107,7 +107,7 @@ class ProblemError(Exception):
         self.extra = extra
 
 
-# Bounds of a problem body (issue 19): whatever the input, a client gets a short answer.
+# Bounds of a problem body: whatever the input, a client gets a short answer.
 MAX_TOKEN_CHARS = 80  # a run of non-space characters (a token, an excerpt) in any text
 MAX_TEXT_CHARS = 1000  # any one text (detail, a location's message, ...)
 MAX_LIST_ITEMS = 20  # locations, constraints, errors: the first ones, then `<name>_omitted`

@@ -1,4 +1,4 @@
-"""The placement record (issue 29): one per plan, built once, read by every view.
+"""The placement record: one per plan, built once, read by every view.
 
 Every view of a plan (the `/plan` summary and `--explain`, the report of
 `--report` and `include: ["placements"]`, `devplan diff` and `/plan/diff`,
@@ -175,7 +175,7 @@ class PinEntry:
 
 @dataclass(frozen=True, slots=True)
 class DivergenceEntry:
-    """A copy of the plan that TVM 0.19's rewrite omits (issue 18), located as its copy is."""
+    """A copy of the plan that TVM 0.19's rewrite omits, located as its copy is."""
 
     src: str
     dst: str

@@ -1,4 +1,4 @@
-"""Byte sizes, spelled the same on every surface (issue 19): an integer, or a number and a
+"""Byte sizes, spelled the same on every surface: an integer, or a number and a
 unit such as `8GiB`, `60MB`, `1.5KiB`, in requests, settings and flags alike.
 
 `ByteSize` is the pydantic type (request fields, settings); its JSON schema says both

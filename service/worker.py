@@ -155,7 +155,7 @@ def run_worker(
     worker = make_worker(settings, queues, name)
     from service import sandbox
 
-    sandbox.startup(settings, f"worker {worker.name}")  # its layers, in the start-up log (issue 27)
+    sandbox.startup(settings, f"worker {worker.name}")  # its layers, in the start-up log
     wait_for_redis(worker.connection, settings.queue_url)
     level = settings.log_level.upper()
     log.info(

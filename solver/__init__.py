@@ -1,5 +1,6 @@
-"""Device planning for Relay modules: TVM PlanDevices semantics on a union-find
-presolve with Z3 as the solver of record (see docs/device-planning.md).
+"""Device planning for Relay and Relax modules: TVM PlanDevices semantics on a
+union-find presolve with Z3 as the solver of record (docs/planning.md). A Relax
+module reaches the planner translated into Relay terms (service/relax_planning.py).
 
 What the service (and any other caller) uses is exported here: `plan` with
 its `PlanConfig` (built from a request's `PlanOptions`), the results, the

@@ -30,7 +30,7 @@ def plan(
     why: Sequence[Mapping[str, Any]] = (),
     record_constraints: bool = False,
 ) -> PlanResult:
-    """Plan the devices of `module` (device-planning.md, sections 1-5) in
+    """Plan the devices of `module` (docs/planning.md, sections 1-5) in
     `config.mode`: "tvm" (TVM PlanDevices' answer) or "optimize" (the least
     predicted run time, docs/optimize.md).
 
@@ -68,7 +68,7 @@ def plan(
 
 
 def verify_planned(planned: Module, config: PlanConfig) -> None:
-    """With `z3_check` (issue 18): the rewritten module is re-verified, not only
+    """With `z3_check`: the rewritten module is re-verified, not only
     the classes it came from. Its own constraints are collected afresh (its
     annotations are now its only pins) and solved as in TVM mode; a conflict
     (found by the union-find, explained by Z3's unsat core) means the planner
@@ -106,7 +106,7 @@ def verify_planned(planned: Module, config: PlanConfig) -> None:
 
 
 def _notices(module: Module) -> tuple[str, ...]:
-    """What a client should know about a module that plans (issue 18)."""
+    """What a client should know about a module that plans."""
     names = [gv.name for gv, _ in module.functions]
     if names and "main" not in names and module.expr is None:
         listed = ", ".join(f"@{n}" for n in names[:5]) + (", ..." if len(names) > 5 else "")

@@ -1,4 +1,4 @@
-"""Planning configuration and device specs (device-planning.md, section 1).
+"""Planning configuration and device specs (docs/planning.md, section 1).
 
 A device spec is `"cpu"`, `"cuda"`, `"cuda:1"` or a dict with any of
 `device_type`, `virtual_device_id`, `target`, `memory_scope`. Resolving a spec
@@ -63,10 +63,10 @@ class PlanConfig:
     # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
     # the tests run it, requests may ask for it).
     z3_check: bool = False
-    # Issue 18: type-check the module before planning, as TVM does (operator
+    # Type-check the module before planning, as TVM does (operator
     # names are always checked); False skips the type check.
     check_types: bool = True
-    # Optimize mode (issue 11, docs/optimize.md): "tvm" reproduces TVM's
+    # Optimize mode (docs/optimize.md): "tvm" reproduces TVM's
     # PlanDevices; "optimize" minimises the predicted run time.
     mode: Mode = "tvm"
     # device name ("cpu", "cuda:1") -> operator names it cannot run; the wire
@@ -80,7 +80,7 @@ class PlanConfig:
     cost_table: Mapping[str, Any] | None = None
     # what a symbolic dimension (`?`) counts as in costs and budgets
     assume_dim: int = 1
-    # Issue 28: the language the module was written in. "relax": the bridge's
+    # The language the module was written in. "relax": the bridge's
     # translation of a Relax module (tvm_bridge/relax_translate.py), whose
     # operator names TVM's Relax registry checked and whose every node states
     # its type from TVM's struct info: the Relay name and type checks are

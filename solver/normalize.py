@@ -1,4 +1,4 @@
-"""Normalisations applied before constraint collection (device-planning.md, section 3).
+"""Normalisations applied before constraint collection (docs/planning.md, section 3).
 
 - `rewrite_on_devices`: an `on_device` that is a function body or a let-bound
   value also constrains its result; `on_device(e).i` becomes `on_device(on_device(e).i)`

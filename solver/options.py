@@ -30,10 +30,10 @@ class PlanOptions:
     timeout_ms: int = 10_000
     # TVM mode: confirm the plan with Z3 (it cannot change it); optimize mode: Z3 confirms a min-cut plan.
     z3_check: bool = False
-    # Type-check the module first, as TVM does (issue 18); operator names are always checked.
+    # Type-check the module first, as TVM does; operator names are always checked.
     check_types: bool = True
     mode: Mode = "tvm"
-    # Optimize mode (issue 11): device name -> {"unsupported": [op, ...]} (or the list itself).
+    # Optimize mode: device name -> {"unsupported": [op, ...]} (or the list itself).
     op_support: Mapping[str, Any] = field(default_factory=dict)
     # device name -> any of peak_gflops, mem_gbps, launch_us, memory_bytes
     device_profiles: Mapping[str, Mapping[str, float]] = field(default_factory=dict)

@@ -177,7 +177,7 @@ class PlanResult:
     why: tuple[WhyResult, ...] = ()
     # `plan(..., record_constraints=True)`: the collected constraints (a test hook).
     constraints: ConstraintLog | None = None
-    # TVM mode (issue 18): the copies TVM 0.19's rewrite omits, which the plan
+    # TVM mode: the copies TVM 0.19's rewrite omits, which the plan
     # has (each is also in `copies`): nested annotations, tests/data/divergences/.
     divergences: list[tuple[Span | None, VirtualDevice, VirtualDevice]] = field(default_factory=list)
     # The registered operators the type check could not check (no type relation).

@@ -1,7 +1,7 @@
 """Light function-shape inference: which expressions are functions, of what arity.
 
 Device domains follow types only as far as "is this a function, with which
-parameter and result shapes" (device-planning.md, section 2). Tensor shapes
+parameter and result shapes" (docs/planning.md, section 2). Tensor shapes
 are irrelevant, so this is a small structural inference over the graph, using
 type annotations where present (parameters, let binders, constructor fields,
 `checked_type` from TVM JSON) and the structure of the program elsewhere.

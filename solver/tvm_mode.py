@@ -1,4 +1,4 @@
-"""TVM mode: TVM 0.19 PlanDevices' answer, step by step (device-planning.md).
+"""TVM mode: TVM 0.19 PlanDevices' answer, step by step (docs/planning.md).
 
 1-5. `steps.presolve`: devices and pins, normalisation, shapes, the hard
      constraints in the union-find, free on_device unification and TVM's
@@ -52,7 +52,7 @@ def plan_tvm(
     rewriter = Rewriter(collector, device_of)
     out_module, summary = rewrite_module(module, fr.functions, rewriter, devices.ref_table, fr.from_expr)
     if config.op_support:
-        # TVM's placement ignores operator support; a plan that breaks it is refused (issue 18).
+        # TVM's placement ignores operator support; a plan that breaks it is refused.
         check_support(out_module, config.op_support, [*devices.table, devices.default, devices.host])
     lap("rewrite")
 

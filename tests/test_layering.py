@@ -1,4 +1,4 @@
-"""The package layering of architecture.md, read from the source (issue 16).
+"""The package layering of architecture.md, read from the source.
 
 Every import statement counts, including the ones inside functions: a
 function-level import that closes a cycle is still a cycle, only a later one.

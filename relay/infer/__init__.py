@@ -1,5 +1,5 @@
 """Relay type inference: `infer_types(module)` gives the type of every
-expression, parameter and function (issue 10).
+expression, parameter and function.
 
 Operator types come from the relation table in `relay.infer.relations`;
 an operator without one, and everything depending on it, gets `UNKNOWN`.

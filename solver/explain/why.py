@@ -1,4 +1,4 @@
-"""Why-queries (issue 13): for an expression, its device and the shortest chain
+"""Why-queries: for an expression, its device and the shortest chain
 of collected constraints that decided it.
 
 Expressions are addressed by selectors (`solver.selectors`). The planner logs

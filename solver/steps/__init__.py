@@ -1,4 +1,4 @@
-"""The planning steps both modes share (device-planning.md, sections 1-5):
+"""The planning steps both modes share (docs/planning.md, sections 1-5):
 
 1. `devices.resolve_devices`: the virtual-device table, default/host devices, request pins;
 2. `prepare.front`: meta references, on_device normalisation, the pins applied

@@ -1,6 +1,6 @@
 """The always-on check after every rewrite: a planned module is consistent.
 
-Reads the planned module as a downstream pass would (device-planning.md,
+Reads the planned module as a downstream pass would (docs/planning.md,
 section 5: a function body is on the function's `virtual_device`, a
 parameter on its own, `on_device(e, d)` puts `e` on `d`, `device_copy(e, s,
 t)` reads `e` on `s`, everything else is on its lexical device) and checks

@@ -1,5 +1,5 @@
 """Step 1: the virtual-device table, the default and host devices, and the
-request's pins, resolved against the table (device-planning.md, section 1)."""
+request's pins, resolved against the table (docs/planning.md, section 1)."""
 
 from __future__ import annotations
 

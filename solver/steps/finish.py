@@ -69,7 +69,7 @@ def planned_result(
     """The result of either mode: the rewritten module with its device table,
     and the copies and per-device expression counts of the rewriter that made it.
 
-    The rewritten module is checked first (issue 18): a value used on another
+    The rewritten module is checked first: a value used on another
     device than its own without a copy is a planner bug, raised as
     `InternalInconsistency` (a 500), never returned as a plan."""
     check_consistent(out_module, rewriter.c.host)

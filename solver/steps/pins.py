@@ -1,4 +1,4 @@
-"""Request pins on the planner's functions (device-planning.md, section 1).
+"""Request pins on the planner's functions (docs/planning.md, section 1).
 
 A pin's selector names input expressions (`solver.selectors.resolve`). A
 global function or one of its parameters becomes a collector pin on the
@@ -116,7 +116,7 @@ def _pinned_under_annotation(call: Call, kinds: dict[int, str]) -> Call:
     """`call` with its pinned argument's wrapper also pinning its result when
     `call` fixes that argument's device (an on_device constraining its body, a
     device_copy's source): the pin and the annotation then constrain one value,
-    so a pin against the annotation is a conflict naming both (issue 18)
+    so a pin against the annotation is a conflict naming both
     instead of a copy between the pinned computation and the annotation."""
     hard = ast.device_copy_props(call) is not None
     props = ast.on_device_props(call)

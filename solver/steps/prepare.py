@@ -1,6 +1,6 @@
 """Steps 2-3 of both modes: the functions to plan with meta references
 resolved, on_device normalisation (and, in TVM mode, the conflicting-inputs
-copies), request pins applied, shapes inferred (device-planning.md, sections
+copies), request pins applied, shapes inferred (docs/planning.md, sections
 2 and 3)."""
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def scan(functions: Functions) -> Features:
     # Hand-written walk, kept on purpose: `pre_order` plus a loop over its list
     # takes 28-30 ms on a 50k-call chain (100k nodes) where this fused walk
     # takes 19-20 ms (CPU time, best of 7, benchmarks/compare_trees.py trees):
-    # the driver would cost about 45% here (issue 9 allows a hand-written walk
-    # above 10%).
+    # the driver would cost about 45% here (the project allows a hand-written
+    # walk where the driver costs more than 10%).
     annotations = free_on_device = False
     meta_nodes: set[int] = set()
     parents: set[int] = set()

@@ -1,4 +1,4 @@
-"""The TVM mode's operator-support check (issue 18).
+"""The TVM mode's operator-support check.
 
 TVM's placement knows nothing of which device can run which operator, so
 with `op_support` a TVM-mode plan may put an operator on a device that

@@ -12,7 +12,7 @@ it (`unchecked_ops`) so a client knows what went unchecked.
 
 The operator-name check is always on for Relay (it is a parse error in TVM);
 the type check can be skipped (`check_types=False`). A module translated from
-Relax (`language="relax"`, issue 28) skips both: its operators keep their
+Relax (`language="relax"`) skips both: its operators keep their
 Relax names, which the bridge checked against the installed TVM's Relax
 registry, and TVM type-checked it when it read it.
 """

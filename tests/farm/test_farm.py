@@ -1,5 +1,5 @@
 """The build farm end to end: a real redis-server, real `devplan worker` subprocesses (RQ
-SpawnWorkers), moto's S3 server on loopback, and the API in process (issue 20)."""
+SpawnWorkers), moto's S3 server on loopback, and the API in process."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ class Module:
 
 
 def test_a_relax_module_compiles_through_the_queue(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
-    # Issue 21: /jobs/compile takes Relax too; the worker plans and builds it like /compile does.
+    # /jobs/compile takes Relax too; the worker plans and builds it like /compile does.
     body = {"module": RELAX_MODULE, "default_device": "cpu:0", "host_device": "cpu:0", "run_check": True}
     response = api.post("/jobs/compile", json=body)
     assert response.status_code == 202, response.text

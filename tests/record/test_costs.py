@@ -1,4 +1,4 @@
-"""Costs in the placement record (issue 29): each operator's predicted kernel
+"""Costs in the placement record: each operator's predicted kernel
 time and each copy's time are priced once, into the record, and the report,
 the picture and `--explain` show those numbers. For a Relay plan they add up
 to the report's `prediction` in both modes (the optimizer's objective in

@@ -1,4 +1,4 @@
-"""GET /explore plans a Relax model in headless Chromium (issue 29):
+"""GET /explore plans a Relax model in headless Chromium:
 torchvision resnet18 as TVMScript, its first convolution pinned to the cpu
 from the picture's menu; the picture labels TVMScript names, the copies panel
 shows the copy where `/plan` says it is, and why answers in Relax terms.

@@ -1,4 +1,4 @@
-"""`PlanFailure` is an ordinary exception that is still plain data (issue 29):
+"""`PlanFailure` is an ordinary exception that is still plain data:
 it passes through `with` blocks and generators (Python sets its traceback),
 pickles for the worker pool and round-trips through `as_dict`/`from_dict`."""
 

@@ -1,4 +1,4 @@
-"""Relax through every CLI view (issue 29): `--report`, `--why` on an `R.`
+"""Relax through every CLI view: `--report`, `--why` on an `R.`
 operator, `--picture` and `devplan diff` of two plans (before and after a
 pin), conflicts in Relax terms, a diff matched by binding, and a planning
 user's stderr without TVM's CUDA warnings. The seven public models run in

@@ -1,5 +1,5 @@
 """A planned Relax module planned again names its devices as the first plan
-did (issue 29): the bridge writes a bare `cuda` with the server's default
+did: the bridge writes a bare `cuda` with the server's default
 arch and an llvm host, and reading that back must not turn `cuda` into
 `cuda (target cuda -arch=sm_75 ...)`."""
 

@@ -1,4 +1,4 @@
-"""One plan, every view, one story (issue 29): the summary, `--explain`, the
+"""One plan, every view, one story: the summary, `--explain`, the
 report, the diff, the picture (and so `/explore`, which shows the summary's
 copies and the picture) give the same copies at the same locations between
 the same placements, for Relay and Relax, in both modes.

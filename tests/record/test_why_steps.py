@@ -1,4 +1,4 @@
-"""A why chain names each step once (issue 29): no two steps with the same
+"""A why chain names each step once: no two steps with the same
 kind, message, line, column and node. `mlp.relay` node 12's chain began with
 the same `nn.dense` step twice (the operator's rule links the weight to the
 result and the result to the data: two edges of one constraint)."""

@@ -1,4 +1,4 @@
-"""Every view of one plan, read back and compared (issue 29): the `/plan`
+"""Every view of one plan, read back and compared: the `/plan`
 summary, `--explain`, the report, the diff against a plan without copies, the
 picture's DOT. Each reader parses a view's own output; `check_views` says
 that they all give the same copies at the same locations between the same

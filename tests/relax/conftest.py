@@ -1,4 +1,4 @@
-"""Issue 28's tests: PyTorch-exported Relax models (../shared/corpus/relax).
+"""Tests of PyTorch-exported Relax models (../shared/corpus/relax).
 They need TVM (the `tvm` marker); without it they are not collected."""
 
 from __future__ import annotations

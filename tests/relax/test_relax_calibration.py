@@ -1,5 +1,5 @@
-"""The built-in llvm profile against recorded cpu runs of the Relax corpus
-(issue 28). No timing here: `benchmarks/calibrate.py measure-relax` recorded
+"""The built-in llvm profile against recorded cpu runs of the Relax corpus.
+No timing here: `benchmarks/calibrate.py measure-relax` recorded
 the runs in benchmarks/calibration_relax.json (date, machine, load); these
 tests check the predictions against that record and that the record's kernel
 features are what the cost model computes today (a formula change without a

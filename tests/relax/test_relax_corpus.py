@@ -1,5 +1,5 @@
 """Every model of the Relax corpus plans in both modes, from JSON and from
-TVMScript, within the default time limit (issue 28): the output is a fixed
+TVMScript, within the default time limit: the output is a fixed
 point of TVM's `RealizeVDevice` and of re-planning, differs from the input
 only where devices go, and optimize mode knows every type."""
 

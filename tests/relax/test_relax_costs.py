@@ -1,4 +1,4 @@
-"""Costs and types of PyTorch-exported Relax modules (issue 28): every
+"""Costs and types of PyTorch-exported Relax modules: every
 operator of the corpus has a formula, gathers cost the rows they read, a
 linear layer is one dense kernel whose transposed weight is not counted
 twice, layout-only operators cost what TVM's build makes of them, and
@@ -252,7 +252,7 @@ def test_convnext_tvm_mode_prediction_is_near_the_optimized_one() -> None:
 
 
 def test_binding_names_name_each_translated_node() -> None:
-    """What placement records need (issue 29): the binding, TVMScript's operator
+    """What placement records need: the binding, TVMScript's operator
     spelling and the line of each translated node."""
     from tvm_bridge.relax_translate import binding_names
 

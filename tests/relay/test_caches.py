@@ -1,5 +1,5 @@
 """Process-wide tables in relay/ stay bounded however many distinct requests a
-long-lived worker sees (issue 12: no cache whose bytes grow with traffic)."""
+long-lived worker sees (no cache whose bytes grow with traffic)."""
 
 from __future__ import annotations
 

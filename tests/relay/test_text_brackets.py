@@ -1,4 +1,4 @@
-"""Issue 19: an unclosed `(`, `[` or `{` is reported where it should have closed, as
+"""An unclosed `(`, `[` or `{` is reported where it should have closed, as
 "expected `)`" (or `]`, `}`), with the opening bracket's location as a note."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Never a wrong 200 (issue 18), through POST /plan and `devplan plan`:
+"""Never a wrong 200, through POST /plan and `devplan plan`:
 ill-typed modules, unknown operators, empty input, divergences, unchecked
 operators, notices, op_support in TVM mode, and a planner bug as a 500."""
 
@@ -64,7 +64,7 @@ def test_divergences_are_listed_and_counted_as_copies(client: Any) -> None:
     response = client.post("/plan", json={"module": text, "virtual_devices": ["cpu", "cuda"]})
     assert response.status_code == 200, response.text
     body = response.json()
-    # At the copied value, `negative(%x)` (issue 29: a copy is located at its
+    # At the copied value, `negative(%x)` (a copy is located at its
     # producer in every view, not at the annotation around it).
     assert [(c["line"], c["column"], c["src"], c["dst"]) for c in body["summary"]["device_copies"]] == [
         (3, 8, "cpu", "cuda")

@@ -1,4 +1,4 @@
-"""The optimize report's proof fields over HTTP and in `--explain` (issue 17):
+"""The optimize report's proof fields over HTTP and in `--explain`:
 `method`, `bound_ms` and `gap` reach the client as the solver reports them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The plan diff (issue 22): matching by data flow, the --fail-on rules and the renderers."""
+"""The plan diff: matching by data flow, the --fail-on rules and the renderers."""
 
 from __future__ import annotations
 

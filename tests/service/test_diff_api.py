@@ -1,4 +1,4 @@
-"""POST /plan/diff (issue 22): requests or reports on either side, rules, problems."""
+"""POST /plan/diff: requests or reports on either side, rules, problems."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_problems(client: Any, mlp: str) -> None:
         "/plan/diff", json={"before": {"module": mlp}, "after": {"module": mlp}, "fail_on": ["x"]}
     )
     assert bad_rule.status_code == 422 and "unknown rule" in bad_rule.json()["detail"]
-    # HTTP names the request field, never the CLI flag (issue 29).
+    # HTTP names the request field, never the CLI flag.
     assert bad_rule.json()["detail"].startswith("fail_on[0]: ") and "--" not in bad_rule.json()["detail"]
     neither = client.post("/plan/diff", json={"before": {"placements": []}, "after": {"module": mlp}})
     assert neither.status_code == 422

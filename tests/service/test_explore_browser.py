@@ -104,7 +104,7 @@ def test_explore_page_plans_pins_and_explains(
     assert browser.evaluate(f"document.querySelector('#{dense}').classList.contains('pinned')")
     copies = browser.evaluate("document.getElementById('copies').textContent")
     assert "cpu" in copies and "cuda" in copies
-    # Each copy's row: where, devices and its consumers, as the report names them (issue 29).
+    # Each copy's row: where, devices and its consumers, as the report names them.
     pin = ({"select": {"node": int(dense[1:])}, "device": "cpu"},)
     _, report = plan_report(PlanJob(module=mlp, virtual_devices=("cpu", "cuda"), constraints=pin))
     rows = browser.evaluate(

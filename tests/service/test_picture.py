@@ -1,4 +1,4 @@
-"""The placement picture (issue 13): SVG structure against the plan, collapsing,
+"""The placement picture: SVG structure against the plan, collapsing,
 the 503 without Graphviz, the CLI flags, why over HTTP."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Readable pictures by default (issue 22): weights and constants fold into their
+"""Readable pictures by default: weights and constants fold into their
 consumer with their ids kept, runs collapse above 60 operators with counts and
 predicted times, copies and pins never collapse, the legend explains every mark."""
 

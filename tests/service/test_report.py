@@ -1,4 +1,4 @@
-"""The placement report (issue 22): schema, one placement per operator call with
+"""The placement report: schema, one placement per operator call with
 the device the plan gives it, the same `decided_by` as why-answers, a predicted time."""
 
 from __future__ import annotations

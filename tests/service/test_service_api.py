@@ -218,7 +218,7 @@ def test_request_level_constraint_pins_an_op(client: Any) -> None:
 def test_malformed_module_is_400_with_location(client: Any) -> None:
     module = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%x\n}\n'
     body = assert_problem(client.post("/plan", json={"module": module}), 400, "malformed-module")
-    loc, note = body["locations"]  # the error, then where the unclosed `(` opened (issue 19)
+    loc, note = body["locations"]  # the error, then where the unclosed `(` opened
     assert loc["line"] == 4 and loc["column"] == 1, loc
     assert loc["message"]
     assert (note["line"], note["column"]) == (3, 11) and note["message"].startswith("note: ")

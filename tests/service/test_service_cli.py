@@ -1,4 +1,4 @@
-"""`devplan plan` against its contract (issue 3): outputs, --explain, every exit code."""
+"""`devplan plan` against its contract: outputs, --explain, every exit code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Service hardening (issue 12): API keys, admission control, worker memory limit, a pool that heals,
+"""Service hardening: API keys, admission control, worker memory limit, a pool that heals,
 readiness that does not queue behind plans. (500s without detail: test_service_api.py.)
 
 Concurrency is made deterministic by waiting for states (the pool's busy count,

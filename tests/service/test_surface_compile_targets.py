@@ -1,4 +1,4 @@
-"""Issue 19: `summary.compile_targets` says what /compile would build for each device,
+"""`summary.compile_targets` says what /compile would build for each device,
 by the TVM bridge's own rules (checked against the bridge where TVM is installed)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 19: the per-process log sink drops (and counts) instead of blocking, and says so
+"""The per-process log sink drops (and counts) instead of blocking, and says so
 once its output drains again."""
 
 from __future__ import annotations

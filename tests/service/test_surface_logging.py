@@ -1,4 +1,4 @@
-"""Issue 19: logging never blocks a request, in the web process or its workers.
+"""Logging never blocks a request, in the web process or its workers.
 
 The server runs as a real `devplan serve` subprocess whose stdout and stderr (and so
 its planning workers') are one pipe that the test never reads. Once the pipe is full

@@ -1,4 +1,4 @@
-"""Issue 19: problem bodies stay small whatever the input (tokens cut to 80 characters,
+"""Problem bodies stay small whatever the input (tokens cut to 80 characters,
 lists capped with a count of what they left out, every body under 8 KiB)."""
 
 from __future__ import annotations

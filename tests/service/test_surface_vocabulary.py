@@ -1,4 +1,4 @@
-"""Issue 19: one vocabulary across HTTP, settings and the CLI."""
+"""One vocabulary across HTTP, settings and the CLI."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Read each operator call's device from a planned module's lexical form alone
-(device-planning.md, section 5), independently of the planner's own classes."""
+(docs/planning.md, section 5), independently of the planner's own classes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """An independent reading of a planned module: is every device change a copy?
 
-This is the test oracle for issue 18. It reads only the *output* module, the
-way a downstream pass would (device-planning.md, section 5): a function's body
+This is the test oracle of "never a wrong 200". It reads only the *output* module, the
+way a downstream pass would (docs/planning.md, section 5): a function's body
 is on its `virtual_device`, a parameter on its own, `on_device(e, d)` says `e`
 is on `d`, `device_copy(e, s, t)` reads `e` on `s` and gives a value on `t`,
 and everything else takes the device of its lexical context. It then checks

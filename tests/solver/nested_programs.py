@@ -1,4 +1,4 @@
-"""Random well-typed Relay programs whose device annotations nest (issue 18).
+"""Random well-typed Relay programs whose device annotations nest.
 
 `nested_program(seed)` gives the text of a module and a list of request pins.
 Annotations are stacked one to three deep over a value: `on_device` of

@@ -1,4 +1,4 @@
-"""The built-in device profiles against recorded runs of what TVM builds (issue 17).
+"""The built-in device profiles against recorded runs of what TVM builds.
 
 No timing here: the measured numbers are recorded in benchmarks/calibration.json
 (with the date and the machine) by `benchmarks/calibrate.py measure`, and the

@@ -1,5 +1,5 @@
 """The two consistency readings of a planned module agree with each other and
-with what TVM 0.19 wrote (issue 18).
+with what TVM 0.19 wrote.
 
 `tests/solver/consistency_check.py` is the independent test oracle;
 `solver/steps/consistency.py` is the planner's own always-on check. Both
@@ -25,7 +25,7 @@ CPU = "meta[VirtualDevice][0]"
 CUDA = "meta[VirtualDevice][1]"
 
 # TVM 0.19's own output for `on_device(on_device(negative(%x), cpu), cuda)`
-# under exp (issue 18, checked with TVM): negative reads the cpu parameter %x
+# under exp (checked with TVM): negative reads the cpu parameter %x
 # while its lexical device is cuda, and no copy says so.
 TVM_NESTED_OUTPUT = f"""#[version = "0.0.5"]
 def @main(%x {{virtual_device={CPU}}}: {T}, virtual_device={CUDA}) {{

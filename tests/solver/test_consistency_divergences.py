@@ -1,5 +1,5 @@
-"""Where TVM 0.19's answer is broken or decided by how it reads nested copies
-(issue 18): the cases of tests/data/divergences/, each with its verdict and
+"""Where TVM 0.19's answer is broken or decided by how it reads nested copies:
+the cases of tests/data/divergences/, each with its verdict and
 how that verdict was established (verdicts.json, README.md there)."""
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def test_divergence_cases_plan_consistently_in_optimize_mode(name: str) -> None:
 def test_nested_copies_read_as_tvm_does_only_in_tvm_mode() -> None:
     """`device_copy(device_copy(%x, cpu, cuda), cuda, cpu)` where the inner copy
     is also used on cuda: TVM 0.19 reads the outer copy as cpu -> cpu of %x, so
-    its argument must be on the cpu while the inner copy is on cuda (issue 18's
-    1-in-267 case). The optimize mode reads each copy alone and plans it."""
+    its argument must be on the cpu while the inner copy is on cuda (the 1-in-267
+    case of random programs). The optimize mode reads each copy alone and plans it."""
     module = _read("dc_of_dc_shared")
     with pytest.raises(solver.PlanningConflict) as info:
         solver.plan(module, CONFIG)
@@ -89,7 +89,7 @@ def test_nested_copies_read_as_tvm_does_only_in_tvm_mode() -> None:
 @pytest.mark.parametrize("mode", ["tvm", "optimize"])
 def test_pin_against_an_annotation_is_a_conflict_naming_both(mode: Mode) -> None:
     """mlp.annotated.relay computes its first nn.dense inside a cpu on_device;
-    a request pin of that dense to cuda contradicts it (issue 18)."""
+    a request pin of that dense to cuda contradicts it."""
     path = CORPUS / "mlp.annotated.relay"
     module = relay.parse_text(path.read_text(), name=str(path))
     pin = {"select": {"op": "nn.dense", "index": 0}, "device": "cuda"}
@@ -129,7 +129,7 @@ def @main(%x: Tensor[(4), float32]) {
 def test_conflicts_name_what_the_user_wrote(mode: Mode) -> None:
     """Two constrain_result annotations of one value on cpu and cuda: the
     conflict names negative(%x) both times, never the copy the TVM mode's
-    conflicting-inputs step inserted (issue 18)."""
+    conflicting-inputs step inserted."""
     module = relay.parse_text(TWO_RESULT_PINS)
     with pytest.raises(solver.PlanningConflict) as info:
         solver.plan(module, solver.PlanConfig(virtual_devices=("cpu", "cuda"), mode=mode))

@@ -2,7 +2,7 @@
 both modes: every plan passes the independent consistency reading
 (tests/solver/consistency_check.py), or the program is a planning conflict;
 nothing else. A small sample also lowers to TVM Relax with one `to_vdevice`
-per reported copy (issue 18)."""
+per reported copy."""
 
 from __future__ import annotations
 

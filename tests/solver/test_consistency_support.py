@@ -1,4 +1,4 @@
-"""The TVM mode's operator-support check (issue 18): with `op_support`, a
+"""The TVM mode's operator-support check: with `op_support`, a
 TVM-mode plan that runs an operator on a device that cannot run it is a
 planning conflict naming each operator and its location."""
 

@@ -1,9 +1,9 @@
-"""The type-check step (issue 18): what TVM 0.19 rejects before planning.
+"""The type-check step: what TVM 0.19 rejects before planning.
 
 Verdicts: TVM 0.19's parser rejects an unregistered operator name ("operator
 `negatve` not found"); its `InferType`, which `PlanDevices` runs first,
 rejects the shape mismatch, the wrong result annotation and the one-argument
-conv2d (issue 18, checked with TVM 0.19).
+conv2d (checked with TVM 0.19).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`cuda:0` names the device reports call `cuda` in every per-device field (issue 17).
+"""`cuda:0` names the device reports call `cuda` in every per-device field.
 
 Each case plans the same request twice, once with the report name (`cuda`) and
 once with the explicit id (`cuda:0`), and checks the two planned modules are

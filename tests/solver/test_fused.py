@@ -1,4 +1,4 @@
-"""Fused modules are costed (issue 17): a call of a `Primitive` function is one
+"""Fused modules are costed: a call of a `Primitive` function is one
 kernel, with its body's FLOPs, its own inputs and output, and one launch.
 
 resnet18.fused.relay is resnet18 after TVM's FuseOps; fusing saves launches

@@ -1,4 +1,4 @@
-"""Golden planning cases (tests/data/plan): one per construct of device-planning.md."""
+"""Golden planning cases (tests/data/plan): one per construct of docs/planning.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Optimize mode on the corpus models and on small programs (issue 11).
+"""Optimize mode on the corpus models and on small programs.
 
 Devices are read back from the planned text's lexical form (`_lexical.py`),
 not from the planner's classes, so support and placement checks are

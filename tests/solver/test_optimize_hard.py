@@ -1,4 +1,4 @@
-"""Optimize mode on the hard cases of issue 17 (all `slow`).
+"""Optimize mode on the hard cases: several GPUs and budgets (all `slow`).
 
 1. Seeded random programs with 3 devices (at most 8 free classes) and 4
    devices (at most 6), with and without budgets, 50 programs each: the

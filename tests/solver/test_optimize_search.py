@@ -1,5 +1,5 @@
-"""Unit tests of optimize mode's search for three or more devices and budgets
-(issue 17): the obvious plans, alpha-expansion, identical devices, HiGHS's
+"""Unit tests of optimize mode's search for three or more devices and budgets:
+the obvious plans, alpha-expansion, identical devices, HiGHS's
 plan and bound, and `solve` on small problems built directly (no parsing).
 
 Every expected value is computed here by brute force over the problem's

@@ -1,5 +1,5 @@
 """The window search (`solver.optimize.search_lns`), the cycle-aware
-topological order and the device orders of the segment plans (issue 17)."""
+topological order and the device orders of the segment plans."""
 
 from __future__ import annotations
 

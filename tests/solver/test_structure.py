@@ -1,4 +1,4 @@
-"""Issue 16: where helpers that were written twice disagreed, the one
+"""Where helpers that were written twice disagreed, the one
 definition's behaviour (each test names the fix)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`z3_check` re-verifies the rewritten module (issue 18): the planned module's
+"""`z3_check` re-verifies the rewritten module: the planned module's
 own constraints, collected afresh and checked by Z3, must hold."""
 
 from __future__ import annotations

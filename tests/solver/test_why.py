@@ -1,4 +1,4 @@
-"""Why-queries (issue 13): chains are collected constraints, reproduce the
+"""Why-queries: chains are collected constraints, reproduce the
 device, are shortest, and end in what really decided it (flipping it moves
 the expression or makes the plan conflict)."""
 

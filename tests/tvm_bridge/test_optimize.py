@@ -1,6 +1,6 @@
 """Optimize-mode plans through the bridge: two CPU virtual devices with
 different profiles, compiled and run, numerically equal to the unannotated
-single-device build (issue 11)."""
+single-device build."""
 
 from __future__ import annotations
 

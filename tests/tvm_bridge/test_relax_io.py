@@ -1,4 +1,4 @@
-"""Reading and writing Relax modules (issue 21): TVMScript and TVM JSON in,
+"""Reading and writing Relax modules: TVMScript and TVM JSON in,
 the same encoding out, located parse errors, language detection."""
 
 from __future__ import annotations

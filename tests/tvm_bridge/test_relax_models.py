@@ -1,5 +1,5 @@
 """Relax modules the bridge makes from corpus models, planned like their Relay
-originals (issue 21): optimize mode, the final softmax pinned to the cpu.
+originals: optimize mode, the final softmax pinned to the cpu.
 
 The Relax plan must make the same copies as the Relay plan, predict a time
 within 10% of it, change the module only where devices go, be a fixed point

@@ -1,4 +1,4 @@
-"""Relax planning on the situations TVM's own `RealizeVDevice` handles (issue 21).
+"""Relax planning on the situations TVM's own `RealizeVDevice` handles.
 
 Each case is an Input module and the Expected output, written as TVMScript:
 where `RealizeVDevice` gives a valid module we must give the same placement,

@@ -1,6 +1,6 @@
-"""Relax modules through `POST /plan` (issue 21): detected from the content,
+"""Relax modules through `POST /plan`: detected from the content,
 planned, answered in the input's encoding; located parse errors; why-queries
-in Relax terms (issue 29); 503 where `tvm` cannot be imported while Relay still plans."""
+in Relax terms; 503 where `tvm` cannot be imported while Relay still plans."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_relax_syntax_error_is_a_located_400(client: TestClient) -> None:
 
 
 def test_relax_why_query_answers_in_relax_terms(client: TestClient) -> None:
-    """Issue 29: a why-query on a Relax operator (either spelling) answers with
+    """A why-query on a Relax operator (either spelling) answers with
     its binding as TVMScript writes it; one answer per selector sent."""
     for op in ("relax.add", "R.add"):
         r = _plan(client, module=MODULE, why=[{"op": op}])
@@ -205,7 +205,7 @@ def test_compile_plans_and_builds_a_relax_module(tmp_path: Path) -> None:
 
 
 def test_relax_placements_name_bindings(client: TestClient) -> None:
-    """Issue 29: `include: ["placements"]` of a Relax module: TVMScript names,
+    """`include: ["placements"]` of a Relax module: TVMScript names,
     bindings and lines; the copy of the hint at the copied value's line."""
     r = _plan(client, module=MODULE, include=["placements"])
     assert r.status_code == 200, r.text
