@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, cast
 
 from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, kind_of
 
@@ -99,6 +99,18 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
         action="append",
         default=[],
         help="optimize: a device's memory budget, e.g. cuda=8GiB (B, KB/MB/GB, KiB/MiB/GiB; repeatable)",
+    )
+    add(
+        "--accelerate-device-map",
+        metavar="FILE.json",
+        help="Relax: accelerate's device_map (JSON {module: 0 | \"cuda:1\" | \"cpu\" | \"disk\"}, as "
+        "model.hf_device_map holds it), priced as dispatch_model runs it",
+    )
+    add(
+        "--accelerate-device-map-as",
+        choices=("as-is", "storage"),
+        default="as-is",
+        help="as-is (default): price the map as accelerate runs it; storage (optimize): plan within its storage",
     )
 
 
@@ -365,7 +377,27 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         name=name,
         why=why,
         picture={} if args.picture else None,
+        accelerate_device_map=_accelerate_map(args.accelerate_device_map),
+        accelerate_device_map_as=args.accelerate_device_map_as,
     )
+
+
+def _accelerate_map(path: str | None) -> dict[str, Any] | None:
+    """--accelerate-device-map: the file's map, checked by the request model's own rules."""
+    if path is None:
+        return None
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.models import PlanRequest
+
+    raw = _read_json_file(path, "--accelerate-device-map")
+    info = PlanRequest.model_fields["accelerate_device_map"]
+    annotation: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    try:
+        value: dict[str, Any] | None = TypeAdapter(annotation).validate_python(raw, strict=True)
+    except ValidationError as err:
+        raise UsageError(f"--accelerate-device-map: {_first_error(err)}") from None
+    return value
 
 
 def _output_format(args: argparse.Namespace, module: str) -> Literal["text", "json"]:

@@ -1,34 +1,26 @@
-"""The device-map view of a plan (issue 30): which device each module of a
-model runs on, in the terms of accelerate's `device_map`.
+"""The device-map view of a plan: which device each module of a model runs
+on, the modules named as accelerate's `device_map` names them
+(`model.layers.3`; service/module_names.py has the naming rules).
 
 A model's modules are not in the IR; they are read off its weight names.
 `device_map` is a pure function of a plan's placements (the report's
-`placements`: node, kind, name, function, index, device, inputs) and the
-global functions' parameters:
+`placements`: node, kind, name, function, index, device, inputs), the global
+functions' parameters and the weights' module names:
 
-- Groups are formed by weight parameters only: a function's parameters after
-  its data inputs (TVM's `num_input` attribute where present, else the first
-  parameter), so `input_ids` forms no group.
-- A parameter's group is `group_name(name)`: the name without a `p_` prefix,
-  split into components on `_` and `.`, cut after its first integer
-  component (`p_model_layers_3_mlp_up_proj_weight` -> `model_layers_3`), or
-  without its last component when it has none (`p_lm_head_weight` ->
-  `lm_head`). `relax.frontend.nn`'s `model.layers.3.mlp.up_proj.weight`
-  gives `model_layers_3` too.
+- Weights are parameters after a function's data inputs (TVM's `num_input`
+  attribute where present, else the first parameter), so `input_ids` is in
+  no module.
 - An operator that reads weights, directly or through layout-only operators
   (`permute_dims`, `reshape`, `astype`, `expand_dims`, as the pattern pins of
-  `solver.selectors.weight_readers` follow them), joins the group of the
-  first weight it reads; an operator without parameters joins the group of
-  its first input that has one. Operators that reach no weight at all (the
-  rotary tables, the mask built from `input_ids`) are in no group: the view
-  lists modules, and they belong to none.
-- A group is `split` when its operators are on more than one device (a group
-  without operators takes its parameters' device).
-
-`accelerate_pins` goes the other way: an accelerate `device_map` as the
-pattern pins (`{"param": "@main:p_model_layers_3_*"}`) that put each listed
-module's weights, and the operators that read them, where accelerate puts
-them.
+  `solver.selectors.weight_readers` follow them), belongs to the module of
+  the first weight it reads. An operator without weights belongs to the
+  latest module (in the order of their first weights) among its inputs'
+  modules, as a module's forward runs after the modules that feed it: a
+  residual add of layer 3 and layer 2's output is layer 3's. Operators that
+  reach no weight at all (the rotary tables, the mask built from
+  `input_ids`) are in no module: the model's own forward runs them.
+- A module is `split` when its operators are on more than one device (a
+  module without operators takes its weights' device).
 """
 
 from __future__ import annotations
@@ -41,6 +33,7 @@ from typing import Any
 
 import solver
 from relay.ast import Function, Module
+from service.module_names import ModuleNames, module_names
 from service.record import PlacementRecord
 
 SPLIT = "split"
@@ -152,21 +145,30 @@ class _Group:
     operators: dict[str, int] = field(default_factory=dict)
 
 
-def device_map(placements: Sequence[Mapping[str, Any]], params: Sequence[FunctionParams]) -> list[DeviceGroup]:
-    """The device map of a plan: one group per module, in the order of their
-    first weight parameter (see the module docstring for the rule).
+def weight_names(params: Sequence[FunctionParams]) -> list[str]:
+    """Every weight parameter's name, function by function, in order."""
+    return [n for f in params for k, n in enumerate(f.names) if f.is_weight(k)]
 
-    `placements` in node-id order (every input before the placements that
-    read it, as a report lists them); `params`: the functions' parameters."""
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """Which module each placement belongs to (see the module docstring):
+    `module_of` for operators, calls and weights, `weight_of` for the nodes
+    that are a weight (re-laid out or not) and the weight's name."""
+
+    module_of: Mapping[int, str]
+    weight_of: Mapping[int, str]
+
+
+def membership(
+    placements: Sequence[Mapping[str, Any]], params: Sequence[FunctionParams], names: ModuleNames
+) -> Membership:
+    """The module of every placement that has one (`placements` in node-id
+    order, every input before the placements that read it; device not read)."""
     by_function = {f.function: f for f in params}
-    groups: dict[str, _Group] = {}
-    for f in params:
-        for index, (param, size) in enumerate(zip(f.names, f.sizes)):
-            if f.is_weight(index):
-                g = groups.setdefault(group_name(param), _Group(group_name(param)))
-                g.parameter_bytes += size or 0
-    group_of: dict[int, str] = {}  # node -> its group
-    weight_of: dict[int, str] = {}  # node -> the group of the weight it is (re-laid out or not)
+    rank = {m: k for k, m in enumerate(names.order())}
+    module_of: dict[int, str] = {}
+    weight_of: dict[int, str] = {}
     for p in placements:
         node = int(p["node"])
         kind = p["kind"]
@@ -174,22 +176,57 @@ def device_map(placements: Sequence[Mapping[str, Any]], params: Sequence[Functio
             owner = by_function.get(str(p["function"]))
             position = p.get("index")
             if owner is not None and isinstance(position, int) and owner.is_weight(position):
-                weight = group_name(owner.names[position])
-                group_of[node] = weight_of[node] = weight
-                groups[weight].param_devices.append(str(p["device"]))
+                weight = owner.names[position]
+                weight_of[node] = weight
+                module_of[node] = names.of(weight)
             continue
         if kind not in (KIND_OPERATOR, KIND_CALL):
             continue
         inputs = [int(i) for i in p.get("inputs", ())]
         read = next((weight_of[i] for i in inputs if i in weight_of), None)
-        if read is not None and kind == KIND_OPERATOR and solver.is_layout_only(str(p["name"])):
-            weight_of[node] = read
-        joined = read or next((group_of[i] for i in inputs if i in group_of), None)
-        if joined is None:
+        if read is not None:
+            if kind == KIND_OPERATOR and solver.is_layout_only(str(p["name"])):
+                weight_of[node] = read
+            module_of[node] = names.of(read)
             continue
-        group_of[node] = joined
-        ops = groups[joined].operators
+        fed = [module_of[i] for i in inputs if i in module_of]
+        if fed:
+            module_of[node] = max(fed, key=lambda m: rank.get(m, -1))
+    return Membership(module_of, weight_of)
+
+
+def device_map(
+    placements: Sequence[Mapping[str, Any]],
+    params: Sequence[FunctionParams],
+    names: ModuleNames | None = None,
+) -> list[DeviceGroup]:
+    """The device map of a plan: one group per module, in the order of their
+    first weight parameter (see the module docstring for the rule).
+
+    `placements` in node-id order (every input before the placements that
+    read it, as a report lists them); `params`: the functions' parameters;
+    `names`: the weights' modules (default: read off their names)."""
+    by_function = {f.function: f for f in params}
+    if names is None:
+        names = module_names(weight_names(params))
+    groups: dict[str, _Group] = {m: _Group(m) for m in names.order()}
+    for f in params:
+        for index, (param, size) in enumerate(zip(f.names, f.sizes)):
+            if f.is_weight(index):
+                groups[names.of(param)].parameter_bytes += size or 0
+    member = membership(placements, params, names)
+    for p in placements:
+        node = int(p["node"])
+        module = member.module_of.get(node)
+        if module is None:
+            continue
         device = str(p["device"])
+        if p["kind"] == KIND_PARAMETER:
+            owner = by_function.get(str(p["function"]))
+            if owner is not None:
+                groups[module].param_devices.append(device)
+            continue
+        ops = groups[module].operators
         ops[device] = ops.get(device, 0) + 1
     out: list[DeviceGroup] = []
     for g in groups.values():
@@ -199,11 +236,11 @@ def device_map(placements: Sequence[Mapping[str, Any]], params: Sequence[Functio
     return out
 
 
-def record_device_map(record: PlacementRecord) -> list[DeviceGroup]:
+def record_device_map(record: PlacementRecord, names: ModuleNames | None = None) -> list[DeviceGroup]:
     """The device map of a plan from its placement record (the placements
     and the planned module's parameters; a Relax translation keeps each
     function's `num_input`)."""
-    return device_map(record.placements_json(), function_params(record.module))
+    return device_map(record.placements_json(), function_params(record.module), names)
 
 
 def device_map_table(groups: Sequence[DeviceGroup]) -> str:

@@ -141,6 +141,12 @@ class DeviceProfileIn(BaseModel):
         description="Memory budget in bytes (an integer, or `8GiB`, `60MB`, ... as `--memory-budget` "
         "takes): weights placed on the device plus its largest intermediate must fit.",
     )
+    disk_read_gbps: float | None = Field(
+        None,
+        gt=0,
+        description="The host's read bandwidth for weights an accelerate map stores on `\"disk\"`, GB/s "
+        "(default 2.0): each such weight is read once per forward pass, before its copy to the GPU.",
+    )
 
 
 class LinkIn(BaseModel):
@@ -214,6 +220,12 @@ def plain_option(name: str, raw: Any) -> Any:
 # --------------------------------------------------------------------------
 # POST /plan
 
+
+# accelerate's devices as its `device_map` writes them.
+AccelerateDevice = Annotated[
+    Annotated[int, Field(ge=0, le=1 << 16)] | Annotated[str, Field(pattern=r"^(cpu|disk|cuda(:\d{1,5})?)$")],
+    Field(description='A GPU index (`0`), `"cuda:N"`, `"cpu"` or `"disk"`.'),
+]
 
 # The schema states the server's default limit; the server checks its own (to_plan_job).
 _DEFAULT_MAX_TIMEOUT_MS = 120_000
@@ -321,6 +333,24 @@ class PlanRequest(BaseModel):
     assume_dim: int = Field(
         1, ge=1, le=1 << 30, description="Optimize mode: what a symbolic dimension (`?`) counts as."
     )
+    accelerate_device_map: dict[Annotated[str, Field(max_length=1024)], AccelerateDevice] | None = Field(
+        None,
+        max_length=100_000,
+        description="Relax modules: Hugging Face accelerate's `device_map` (module name -> `0`, `\"cuda:1\"`, "
+        '`"cpu"` or `"disk"`), as `infer_auto_device_map` returns it and `model.hf_device_map` holds it. Priced as '
+        "`dispatch_model` executes it (docs/optimize.md, accelerate's device maps): a module mapped to a GPU runs "
+        "there; every other module runs on the main device (the map's GPU of the lowest index; the cpu when it "
+        "names none), its weights copied in synchronously on each forward pass. The answer's `accelerate_input` "
+        "has its price, peak memory per device and `fits`. A module the model does not have, a weight no entry "
+        "covers or a device the request does not have is a 422 naming it.",
+        examples=[{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "lm_head": "cpu"}],
+    )
+    accelerate_device_map_as: Literal["as-is", "storage"] = Field(
+        "as-is",
+        description='"as-is": the plan is the map as `dispatch_model` runs it, priced with synchronous copies '
+        "(budgets are not enforced: `accelerate_input.fits` says whether it fits them). \"storage\" (optimize "
+        "mode): the best plan that stores each weight where the map does, operators placed freely.",
+    )
 
     def to_options(self, timeout_ms: int) -> solver.PlanOptions:
         """The request's planning options (plain data) with the time limit `timeout_ms`."""
@@ -362,6 +392,8 @@ def to_plan_job(request: PlanRequest, settings: Settings, *, request_id: str | N
         request_id=request_id,
         why=tuple(w.model_dump(exclude_none=True) for w in request.why),
         include=tuple(request.include),
+        accelerate_device_map=request.accelerate_device_map,
+        accelerate_device_map_as=request.accelerate_device_map_as,
     )
 
 
@@ -556,6 +588,39 @@ class WhyResultOut(BaseModel):
     answers: list[WhyAnswerOut]
 
 
+class AcceleratefaultOut(BaseModel):
+    """Operators of one module that accelerate's `dispatch_model` would run elsewhere than the plan does."""
+
+    module: str = Field(..., description='The module (`""`: operators of no module, the model\'s own forward).')
+    operators: int = Field(..., description="How many of its operators (0: its weights are the fault).")
+    plan_device: str = Field(..., description="Where the plan runs them (or stores the weights).")
+    accelerate_device: str = Field(..., description="Where `dispatch_model` would run them under this map.")
+    reason: str
+
+
+class OverBudgetOut(BaseModel):
+    peak_bytes: int
+    budget_bytes: int
+
+
+class AccelerateInputOut(BaseModel):
+    """The request's `accelerate_device_map`, priced."""
+
+    as_: Literal["as-is", "storage"] = Field(..., alias="as", description="How the map was taken.")
+    main_device: int | str = Field(..., description="accelerate's main device under the map (a GPU index or cpu).")
+    predicted_ms: float | None = Field(
+        None,
+        description='"as-is": the map\'s predicted time as `dispatch_model` runs it (synchronous copies), disk '
+        "reads included.",
+    )
+    disk_bytes: int = Field(..., description='Weights the map stores on `"disk"`, read on each forward pass.')
+    disk_read_ms: float = Field(..., description="Their read time (the host profile's `disk_read_gbps`).")
+    peak_memory_bytes: dict[str, int] | None = Field(None, description="Peak memory per device under the map.")
+    memory_budgets: dict[str, int] = Field(..., description="The request's budgets it is checked against.")
+    fits: bool | None = Field(None, description="Whether every peak is within its budget.")
+    over_budget: dict[str, OverBudgetOut] | None = Field(None, description="The devices it does not fit.")
+
+
 class PlanResponse(BaseModel):
     """The planned module and what the planner did."""
 
@@ -609,6 +674,31 @@ class PlanResponse(BaseModel):
         "module of the model read off its weight names (`model_layers_3`; swap `_` for `.` to line it up with "
         'accelerate\'s `device_map`): module, device ("cuda", "cpu" or "split" when its operators are on several '
         "devices), operators (count per device), parameter_bytes. Schema: schemas/report.schema.json.",
+    )
+    accelerate_device_map: dict[str, int | str] | None = Field(
+        None,
+        description='Relax modules, with `include: ["placements"]`: the plan as accelerate\'s `device_map` '
+        "(module -> GPU index, \"cpu\" or \"disk\": where its weights are stored), which `dispatch_model` "
+        "executes as priced when `accelerate_expressible` is true.",
+        examples=[{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "lm_head": 0}],
+    )
+    accelerate_expressible: bool | None = Field(
+        None,
+        description="Whether `dispatch_model` runs every operator where the plan does; false when the plan "
+        "computes something accelerate cannot (on the cpu while the weights live on a GPU, on the cpu with a GPU "
+        "in the map, ...): `accelerate_at_fault` says which modules and why.",
+    )
+    accelerate_at_fault: list[AcceleratefaultOut] | None = Field(None, description="Modules the map cannot express.")
+    accelerate_names: Literal["request", "parameters", "inferred"] | None = Field(
+        None,
+        description="Where the module names come from: the request's `accelerate_device_map`, the weights' dotted "
+        "names (`relax.frontend.nn`), or inferred from torch-export names (docs/optimize.md).",
+    )
+    accelerate_main_device: int | str | None = Field(
+        None, description="The map's main device as accelerate writes it (a GPU index, or \"cpu\")."
+    )
+    accelerate_input: AccelerateInputOut | None = Field(
+        None, description="With `accelerate_device_map` in the request: its price, peak memory and fit."
     )
 
 

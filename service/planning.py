@@ -9,6 +9,7 @@ Everything crossing a process boundary here is plain data (str, int, dict, list)
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,8 +20,10 @@ import relay
 import solver
 from relay.detect import detect_language
 from service import errors
+from service.accelerate import Handing, MapError, PlanMap, disk_read_gbps, hand_in, record_accelerate_map
 from service.compile_targets import compile_targets
 from service.device_map import device_map_table, record_device_map
+from service.module_names import ModuleNames
 from service.picture import build_picture
 from service.record import (
     KIND_OPERATOR,
@@ -111,6 +114,10 @@ class PlanJob:
     picture: dict[str, Any] | None
     # `("placements",)` adds the placement report's fields to the outcome.
     include: tuple[str, ...]
+    # accelerate's `device_map` handed in (module -> device as accelerate writes it) and
+    # how to take it: "as-is" (price it as dispatch_model runs it) or "storage" (plan given its storage).
+    accelerate_device_map: Mapping[str, Any] | None
+    accelerate_device_map_as: str
 
     def __init__(
         self,
@@ -126,6 +133,8 @@ class PlanJob:
         picture: dict[str, Any] | None = None,
         language: str | None = None,
         include: tuple[str, ...] = (),
+        accelerate_device_map: Mapping[str, Any] | None = None,
+        accelerate_device_map_as: str = "as-is",
         **option_fields: Any,
     ) -> None:
         options = options if options is not None else solver.PlanOptions()
@@ -143,6 +152,8 @@ class PlanJob:
             ("picture", picture),
             ("language", language),
             ("include", tuple(include)),
+            ("accelerate_device_map", dict(accelerate_device_map) if accelerate_device_map is not None else None),
+            ("accelerate_device_map_as", accelerate_device_map_as),
         ):
             object.__setattr__(self, key, value)
 
@@ -263,6 +274,10 @@ class PlanOutcome:
     prediction: dict[str, Any] | None = None
     # A Relax plan's device map (service.device_map), with `include: ["placements"]`.
     device_map: list[dict[str, Any]] | None = None
+    # The plan as accelerate's device map (service.accelerate.PlanMap.to_json(): accelerate_device_map,
+    # accelerate_expressible, ...), with `include: ["placements"]`; and a handed-in map's price.
+    accelerate: dict[str, Any] | None = None
+    accelerate_input: dict[str, Any] | None = None
     # The copies TVM 0.19 omits that the plan has, the operators the
     # type check could not check, and what the client should know.
     divergences: list[dict[str, Any]] = field(default_factory=list)
@@ -280,6 +295,7 @@ class PlanOutcome:
             "copies": self.copies,
             "prediction": self.prediction,
             "device_map": self.device_map,
+            "accelerate_input": self.accelerate_input,
         }
         return {
             "module": self.module,
@@ -290,7 +306,7 @@ class PlanOutcome:
             "divergences": self.divergences,
             "unchecked_ops": self.unchecked_ops,
             "notices": self.notices,
-        } | {name: value for name, value in extra.items() if value is not None}
+        } | {name: value for name, value in extra.items() if value is not None} | (self.accelerate or {})
 
 
 # --------------------------------------------------------------------------
@@ -450,8 +466,12 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     if left_ms <= 0:
         raise timeout_failure(job.timeout_ms, "parse")
     _check_at_selectors(job)
+    handing = None
     try:
         config = source.configure(build_config(job, left_ms, clock))
+        if job.accelerate_device_map is not None:
+            handing = _hand_in(job, source, config)
+            config = handing.config
         # Times are priced once, into the record, when a view shows them.
         priced = bool(job.include) or job.picture is not None or job.explain
         record = plan_record(source, config, job.why, reasons="placements" in job.include, priced=priced)
@@ -464,17 +484,39 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     outcome = _outcome(job, record, text, (t0, t1, t2, t3))
     if job.why:
         outcome.why = [w.to_json() for w in result.why]
+    names = handing.handed.names if handing is not None else None
+    as_map = None
+    if record.language == "relax" and ("placements" in job.include or job.explain):
+        disk = handing.placement.disk_weights if handing is not None else ()
+        as_map = record_accelerate_map(record, names, disk)
     if "placements" in job.include:
         outcome.placements = record.placements_json()
         outcome.copies = record.copies_json()
         outcome.prediction = prediction(record, config)
-        if record.language == "relax":
-            outcome.device_map = [g.to_json() for g in record_device_map(record)]
+        if as_map is not None:
+            outcome.device_map = [g.to_json() for g in record_device_map(record, names)]
+            outcome.accelerate = as_map.to_json()
+    if handing is not None:
+        cost = result.cost.to_json() if result.cost is not None else None
+        outcome.accelerate_input = handing.answer(cost, disk_read_gbps(config))
+        outcome.notices.extend(handing.handed.notices)
     if job.picture is not None:
         outcome.picture = build_picture(record, **job.picture).to_json()
     if job.explain:
-        outcome.explanation = explain_success(outcome, record)
+        outcome.explanation = explain_success(outcome, record, as_map, names)
     return outcome
+
+
+def _hand_in(job: PlanJob, source: Source, config: solver.PlanConfig) -> Handing:
+    """The request's accelerate map read against the module (service.accelerate);
+    a map that does not fit the module is a 422 naming the entry."""
+    if source.naming.language != "relax":
+        raise PlanFailure.plain(KIND_CONFIG, "accelerate_device_map: only Relax modules carry accelerate's module names")
+    assert job.accelerate_device_map is not None
+    try:
+        return hand_in(source.module, source.naming, config, job.accelerate_device_map, job.accelerate_device_map_as)
+    except MapError as err:
+        raise PlanFailure.plain(KIND_CONFIG, err.message) from None
 
 
 def plan_record(
@@ -665,13 +707,19 @@ PARAMETERS_LISTED = 20
 """`--explain` lists each parameter's device for functions with at most this many parameters."""
 
 
-def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
+def explain_success(
+    outcome: PlanOutcome,
+    record: PlacementRecord,
+    as_map: PlanMap | None = None,
+    names: ModuleNames | None = None,
+) -> list[str]:
     """Lines for `--explain`, most general first: a one-line summary, each
     global's parameter and result devices (counted per device for a function
     with many parameters), the per-device table (the cost model's figures:
     kernels and copies in their own columns, adding up to the predicted time),
     the optimize mode's proof, each copy (where, between which placements: the
-    record's), divergences, notices, estimates and a Relax plan's device map."""
+    record's), divergences, notices, estimates and a Relax plan's device map
+    and accelerate map (`as_map`, its modules named by `names`)."""
     table = device_table(outcome.cost, record)
     lines = [summary_line(outcome, record, table)]
     for name, info in outcome.summary["functions"].items():
@@ -690,11 +738,32 @@ def explain_success(outcome: PlanOutcome, record: PlacementRecord) -> list[str]:
     if outcome.unchecked_ops:
         lines.append("not type-checked (no type relation): " + ", ".join(outcome.unchecked_ops))
     lines.extend(f"notice: {n}" for n in outcome.notices)
-    if record.language == "relax":
-        groups = record_device_map(record)
-        if groups:
-            lines.append("device map (modules by weight names):")
-            lines.extend(device_map_table(groups).splitlines())
+    if as_map is not None:
+        lines.extend(accelerate_lines(outcome, record, as_map, names))
+    return lines
+
+
+def accelerate_lines(
+    outcome: PlanOutcome, record: PlacementRecord, as_map: PlanMap, names: ModuleNames | None
+) -> list[str]:
+    """`--explain`'s module table of a Relax plan and the plan as accelerate's
+    map (with a map handed in, its price and fit)."""
+    lines: list[str] = []
+    handed = outcome.accelerate_input
+    if handed is not None:
+        peaks = ", ".join(f"{d} {bytes_text(b)}" for d, b in (handed.get("peak_memory_bytes") or {}).items())
+        price = f"{handed['predicted_ms']:.3f} ms" if "predicted_ms" in handed else "planned within its storage"
+        fit = handed.get("fits")
+        fits = "not priced" if fit is None else ("fits its budgets" if fit else "over budget")
+        lines.append(f"accelerate map handed in ({handed['as']}): {price}, peak {peaks or '-'}; {fits}")
+    groups = record_device_map(record, names)
+    if groups:
+        lines.append(f"device map (module names: {as_map.names}):")
+        lines.extend(device_map_table(groups).splitlines())
+    expressible = "expressible" if as_map.expressible else "not expressible"
+    lines.append(f"as accelerate's device_map ({expressible}): {json.dumps(dict(as_map.device_map))}")
+    for fault in as_map.faults:
+        lines.append(f"  at fault: {fault.module or '(no module)'}: {fault.reason}")
     return lines
 
 

@@ -48,7 +48,7 @@ from service.record import KIND_OPERATOR, PlacementRecord
 
 log = logging.getLogger("devplan.report")
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "report.schema.json"
 
 

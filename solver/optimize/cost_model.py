@@ -30,7 +30,10 @@ from relay.span import RelayError
 from ..errors import PlanConfigError
 from .sizes import dim_value, elements, type_bytes
 
-PROFILE_FIELDS = ("peak_gflops", "mem_gbps", "launch_us", "memory_bytes")
+PROFILE_FIELDS = ("peak_gflops", "mem_gbps", "launch_us", "memory_bytes", "disk_read_gbps")
+# How fast a host reads weights kept on disk (accelerate's `"disk"` offload: safetensors
+# files read on every forward pass), GB/s: a datacenter NVMe drive's sustained read.
+DEFAULT_DISK_READ_GBPS = 2.0
 LINK_FIELDS = ("gbps", "latency_us")
 
 
@@ -72,6 +75,8 @@ class DeviceProfile:
     launch_us: float
     memory_bytes: int | None = None
     classes: tuple[tuple[str, ClassRate], ...] = ()
+    # Reads of weights stored on disk by this device (a host), GB/s.
+    disk_read_gbps: float = DEFAULT_DISK_READ_GBPS
 
     def rate(self, op_class: str) -> ClassRate:
         """The efficiencies of `op_class` on this device."""
@@ -161,11 +166,12 @@ def device_profile(name: str, vd: VirtualDevice, overrides: Mapping[str, Mapping
         "mem_gbps": base.mem_gbps,
         "launch_us": base.launch_us,
         "memory_bytes": base.memory_bytes,
+        "disk_read_gbps": base.disk_read_gbps,
     }
     for key, value in given.items():
         values[key] = _number(value, f"device_profiles.{name}.{key}")
-    if values["peak_gflops"] <= 0 or values["mem_gbps"] <= 0:
-        raise PlanConfigError(f"device_profiles.{name}: peak_gflops and mem_gbps must be positive")
+    if values["peak_gflops"] <= 0 or values["mem_gbps"] <= 0 or values["disk_read_gbps"] <= 0:
+        raise PlanConfigError(f"device_profiles.{name}: peak_gflops, mem_gbps and disk_read_gbps must be positive")
     if values["memory_bytes"] is not None:
         values["memory_bytes"] = int(values["memory_bytes"])
     # The class efficiencies are fractions of the built-in rates: a request

@@ -1,4 +1,4 @@
-"""The device-map view's grouping rule and accelerate's maps as pattern pins (issue 30)."""
+"""The device-map view's grouping rule and accelerate's maps as pattern pins."""
 
 from __future__ import annotations
 
@@ -13,27 +13,7 @@ from service.device_map import (
     data_inputs,
     device_map,
     device_map_table,
-    group_name,
 )
-
-
-@pytest.mark.parametrize(
-    ("name", "group"),
-    [
-        ("p_model_layers_3_mlp_up_proj_weight", "model_layers_3"),
-        ("p_model_layers_12_self_attn_q_proj_weight", "model_layers_12"),
-        ("p_model_embed_tokens_weight", "model_embed_tokens"),
-        ("p_lm_head_weight", "lm_head"),
-        ("p_model_norm_weight", "model_norm"),
-        ("model.layers.3.mlp.up_proj.weight", "model_layers_3"),  # relax.frontend.nn's names
-        ("model.embed_tokens.weight", "model_embed_tokens"),
-        ("lm_head.weight", "lm_head"),
-        ("%p_encoder_layer_0_attention_self_query_weight", "encoder_layer_0"),
-        ("weight", "weight"),
-    ],
-)
-def test_group_name(name: str, group: str) -> None:
-    assert group_name(name) == group
 
 
 def _param(node: int, index: int, device: str, function: str = "@main") -> dict[str, Any]:
@@ -68,7 +48,7 @@ def _placements(layer1_matmul: str = "cuda") -> list[dict[str, Any]]:
         _param(9, 4, "cuda"),
         _op(10, "R.permute_dims", "cuda", 9),
         _op(11, "R.matmul", layer1_matmul, 8, 10),  # layers_1, not its first input's layers_0
-        _op(12, "R.add", "cuda", 11, 8),  # layers_1 (first input)
+        _op(12, "R.add", "cuda", 8, 11),  # layers_1: the later of its inputs' modules, not the first
         _param(13, 5, "cuda"),
         _op(14, "R.permute_dims", "cuda", 13),
         _op(15, "R.reshape", "cuda", 14),  # still the head's weight
@@ -80,14 +60,14 @@ def _placements(layer1_matmul: str = "cuda") -> list[dict[str, Any]]:
 
 def test_device_map_groups_by_weights() -> None:
     groups = {g.module: g for g in device_map(_placements(), [PARAMS])}
-    assert list(groups) == ["embed_tokens", "layers_0", "layers_1", "lm_head"]  # no group for input_ids
+    assert list(groups) == ["embed_tokens", "layers.0", "layers.1", "lm_head"]  # no group for input_ids
     assert groups["embed_tokens"].to_json() == {
         "module": "embed_tokens", "device": "cpu", "operators": {"cpu": 1}, "parameter_bytes": 4000,
     }
-    assert groups["layers_0"].to_json() == {
-        "module": "layers_0", "device": "cuda", "operators": {"cuda": 4}, "parameter_bytes": 1010,
+    assert groups["layers.0"].to_json() == {
+        "module": "layers.0", "device": "cuda", "operators": {"cuda": 4}, "parameter_bytes": 1010,
     }
-    assert dict(groups["layers_1"].operators) == {"cuda": 3}
+    assert dict(groups["layers.1"].operators) == {"cuda": 3}
     assert dict(groups["lm_head"].operators) == {"cuda": 3}
     counted = sum(n for g in groups.values() for _, n in g.operators)
     assert counted == 11  # every operator but arange and the cast of input_ids
@@ -95,15 +75,15 @@ def test_device_map_groups_by_weights() -> None:
 
 def test_a_group_on_two_devices_is_split() -> None:
     groups = {g.module: g for g in device_map(_placements(layer1_matmul="cpu"), [PARAMS])}
-    assert groups["layers_1"].device == "split"
-    assert groups["layers_1"].to_json()["operators"] == {"cuda": 2, "cpu": 1}
-    assert groups["layers_0"].device == "cuda"
+    assert groups["layers.1"].device == "split"
+    assert groups["layers.1"].to_json()["operators"] == {"cuda": 2, "cpu": 1}
+    assert groups["layers.0"].device == "cuda"
 
 
 def test_num_input_decides_the_data_inputs() -> None:
     two = FunctionParams("@main", PARAMS.names, PARAMS.sizes, 2)  # the embedding table counted as data
     groups = [g.module for g in device_map(_placements(), [two])]
-    assert groups == ["layers_0", "layers_1", "lm_head"]
+    assert groups == ["layers.0", "layers.1", "lm_head"]
 
 
 def test_data_inputs_default_to_the_first_parameter() -> None:
@@ -127,7 +107,7 @@ def test_table_lists_every_group() -> None:
     table = device_map_table(device_map(_placements(layer1_matmul="cpu"), [PARAMS]))
     lines = table.splitlines()
     assert lines[0].split() == ["module", "device", "ops", "on", "cpu", "ops", "on", "cuda", "parameter", "MB"]
-    assert lines[3].split() == ["layers_1", "split", "1", "2", "0.0"]
+    assert lines[3].split() == ["layers.1", "split", "1", "2", "0.0"]
     assert len(lines) == 5
 
 

@@ -1,4 +1,4 @@
-"""The device map in a Relax plan's views (issue 30): `include: ["placements"]`,
+"""The device map in a Relax plan's views: `include: ["placements"]`,
 the report (and its schema), `--explain`."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ needs_corpus = pytest.mark.skipif(not OFFLOAD.is_dir(), reason="corpus not found
 # Bytes of the public model's weight parameters (accelerate's 622,924,032 also
 # counts the rotary embedding's buffers, inv_freq and original_inv_freq: 256 bytes).
 PARAM_BYTES = 622924032 - 256
-MODULES = ["model_embed_tokens", *(f"model_layers_{i}" for i in range(8)), "model_norm", "lm_head"]
+MODULES = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(8)), "model.norm", "lm_head"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_device_map_groups_the_public_model(planned: tuple[Any, dict[str, Any]])
     groups = {g["module"]: g for g in outcome.device_map}
     assert list(groups) == MODULES
     assert sum(g["parameter_bytes"] for g in groups.values()) == PARAM_BYTES
-    assert groups["model_layers_0"]["parameter_bytes"] == 45096960
+    assert groups["model.layers.0"]["parameter_bytes"] == 45096960
     # Every operator is counted once, in at most one group.
     operators = [p for p in outcome.placements if p["kind"] == "operator"]
     counted = sum(n for g in groups.values() for n in g["operators"].values())
@@ -56,7 +56,7 @@ def test_pinned_layer_reads_its_weights_on_the_cpu(planned: tuple[Any, dict[str,
     assert len(readers) == 9  # seven linear layers and two norm weights
     assert all(p["device"] == "cpu" for p in readers)
     assert all(by_node[n]["device"] == "cpu" for n in layer3)
-    assert groups["model_layers_3"]["operators"]["cpu"] >= len(readers)
+    assert groups["model.layers.3"]["operators"]["cpu"] >= len(readers)
 
 
 @needs_corpus
@@ -71,10 +71,10 @@ def test_report_carries_the_device_map_and_validates(planned: tuple[Any, dict[st
 def test_explain_prints_the_device_map_table(planned: tuple[Any, dict[str, Any]]) -> None:
     outcome, _ = planned
     lines = outcome.explanation
-    start = lines.index("device map (modules by weight names):")
-    table = lines[start + 1 :]
+    start = lines.index("device map (module names: inferred):")
+    table = lines[start + 1 : start + 2 + len(MODULES)]
     assert table[0].split()[:2] == ["module", "device"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert list(rows) == MODULES
     assert rows["lm_head"][-1] == "131.1"  # parameter MB
-    assert rows["model_layers_3"][1] in ("cpu", "split")
+    assert rows["model.layers.3"][1] in ("cpu", "split")

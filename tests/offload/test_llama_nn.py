@@ -1,6 +1,6 @@
 """The relax.frontend.nn decoder builder (scripts/llama_nn.py) at a toy size:
 its entry function, parameter names and bytes, and that it plans with a
-budget as it comes (issue 30)."""
+budget as it comes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import solver
-from service.device_map import function_params, group_name
+from service.device_map import function_params
+from service.module_names import module_names
 from tests._scripts import load_script
 
 pytestmark = pytest.mark.tvm
@@ -29,8 +30,9 @@ def test_entry_function_and_parameters(built: tuple[Any, Any]) -> None:
     names = [str(p.name) for p in func.params]
     assert names[0] == "input_ids" and names[1] == "model.embed_tokens.weight"
     assert "model.layers.1.mlp.gate_up_proj.weight" in names and names[-1] == "lm_head.weight"
-    groups = list(dict.fromkeys(group_name(n) for n in names[1:]))
-    assert groups == ["model_embed_tokens", "model_layers_0", "model_layers_1", "model_norm", "lm_head"]
+    names_of = module_names(names[1:])
+    assert names_of.source == "parameters"
+    assert names_of.order() == ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
     nbytes = 0
     for p in func.params[1:]:
         elements = 1

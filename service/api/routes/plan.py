@@ -151,7 +151,7 @@ class ReportIn(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    report_version: Literal[1] = Field(..., description="The report format (1).")
+    report_version: Literal[1, 2] = Field(..., description="The report format (1 or 2: 2 names modules with dots).")
     placements: list[PlacementIn] = Field(
         ..., max_length=10_000_000, description="Every placement of the plan."
     )
