@@ -17,7 +17,7 @@ import pytest
 
 from service.accelerate import accelerate_value, device_of, main_device
 from service.module_names import map_owners, module_names
-from service.planning import PlanFailure, PlanJob, PlanOutcome, plan_report, run_plan
+from service.planning import PlanJob, PlanOutcome, plan_report, run_plan
 from service.report import load_schema
 from tests._service import thread_client
 
@@ -129,6 +129,7 @@ def test_bad_maps_are_422s_naming_the_entry() -> None:
 
 
 @needs_corpus
+@pytest.mark.slow
 def test_cli_takes_a_map_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
     from tests._service import run_devplan
 
@@ -185,3 +186,22 @@ def _check_round_trip(fraction: float) -> None:
 @pytest.mark.parametrize("fraction", FRACTIONS)
 def test_every_plan_comes_back_as_a_map_priced_as_the_plan(fraction: float) -> None:
     _check_round_trip(fraction)
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_disk_weights_are_read_at_the_hosts_disk_bandwidth_each_pass() -> None:
+    amap = {"": 0, "lm_head": "disk"}
+    slow = {"cuda": {"memory_bytes": int(_maps()[0.75]["gpu_budget_bytes"])}, "cpu": {"disk_read_gbps": 0.5}}
+    job = PlanJob(_text(), input_format="json", language="relax", mode="optimize", include=("placements",),
+                  device_profiles=slow, accelerate_device_map=amap)
+    outcome = run_plan(job)
+    answer = outcome.as_dict()
+    handed = answer["accelerate_input"]
+    head = 32000 * 1024 * 4  # lm_head's float32 weight
+    assert handed["disk_bytes"] == head
+    assert handed["disk_read_ms"] == pytest.approx(head / 0.5e6)  # bytes / (GB/s) in ms
+    assert outcome.cost is not None
+    assert handed["predicted_ms"] == pytest.approx(outcome.cost["predicted_ms"] + handed["disk_read_ms"])
+    assert answer["accelerate_device_map"]["lm_head"] == "disk"  # read back where the map keeps it
+    assert handed["fits"] is (handed["peak_memory_bytes"]["cuda"] <= slow["cuda"]["memory_bytes"])
