@@ -292,7 +292,7 @@ class PlanRequest(BaseModel):
 
     mode: Literal["tvm", "optimize"] = Field(
         "tvm",
-        description='"tvm" (default): exactly TVM PlanDevices\' answer. "optimize": Z3 chooses the devices '
+        description='"tvm" (default): exactly TVM PlanDevices\' answer. "optimize": the devices '
         "that minimise the predicted run time (kernels plus copies); pins fix an expression's own "
         "computation, not its producers, and copies are inserted where arguments live elsewhere.",
     )
