@@ -24,7 +24,7 @@ from relay.traverse import rewrite
 from ..collect import RequestPin
 from ..errors import PlanConfigError
 from ..explain.text import short_text
-from ..selectors import Pin, align, input_roots, is_computation, resolve, weight_readers
+from ..selectors import Pin, align, input_roots, is_computation, node_ids, resolve, weight_readers
 
 Functions = list[tuple[GlobalVar, Function]]
 
@@ -55,6 +55,7 @@ def apply_pins(
     converted: list[RequestPin] = []  # node selectors naming a global or a parameter
     wrap: dict[int, tuple[VirtualDevice, int]] = {}
     mapping: dict[int, Expr] | None = None
+    ids: list[Expr] | None = None  # the module's node ids, walked once for every node pin
     for pin in pins:
         where = f"constraint #{pin.k}"
         nodes: list[Expr]
@@ -68,7 +69,9 @@ def apply_pins(
             request.append(_named(by_name, pin, where))
             continue
         else:
-            nodes = resolve(module, pin.selector, where)
+            if pin.kind == "node" and ids is None:
+                ids = node_ids(module)
+            nodes = resolve(module, pin.selector, where, ids)
         for node in nodes:
             if id(node) in globals_:
                 converted.append(RequestPin("function", by_name[globals_[id(node)]], pin.device, pin.k))
