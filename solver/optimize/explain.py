@@ -19,6 +19,7 @@ from relay.device import VirtualDevice, device_name
 from ..domains import DomainSystem
 from ..errors import ConflictConstraint, PlanningConflict
 from ..explain import constraint_of, short_text
+from .memory import resident_bytes, step_usage
 from .problem import Built, Problem, Solution, SupportFailure, Weights, evaluate
 from .z3_encoding import Encoding
 
@@ -160,8 +161,9 @@ def cost_reason(problem: Problem, weights: Weights, solution: Solution, ds: Doma
 class Moves:
     """A plan's run time and budget needs with one class moved: what
     `evaluate(...)[1]` and the devices of `budget_violations` give for the
-    plan with `assign[c] = d`, from the class's kernel and incident edges
-    (and per device the two largest intermediates) instead of the whole plan."""
+    plan with `assign[c] = d`, from the class's kernel, incident edges and
+    live range (and per device the bytes held at each step) instead of the
+    whole plan."""
 
     def __init__(self, problem: Problem, assign: list[int]) -> None:
         self.problem = problem
@@ -172,23 +174,16 @@ class Moves:
             self.incident[u].append(e)
             if v != u:
                 self.incident[v].append(e)
-        # Per budgeted device: bytes of weights and incoming copies, and the
-        # two largest intermediates of its classes (value, class).
-        self.need: dict[int, int] = {}
-        self.top: dict[int, list[tuple[int, int]]] = {}
-        for d in problem.budgets:
-            need = problem.fixed_copy_bytes.get(d, 0)
-            top = [(0, -1), (0, -1)]
-            for c, x in enumerate(assign):
-                if x == d:
-                    need += problem.weight_bytes[c]
-                    if problem.largest[c] > top[1][0]:
-                        top = sorted([top[0], (problem.largest[c], c)], reverse=True)
-            for u, v, b, uses in problem.edges:
-                if assign[u] == d and assign[v] != d:
-                    need += b * uses
-            self.need[d] = need
-            self.top[d] = top
+        # Per budgeted device: its resident weights, the bytes it holds at
+        # each step beyond them (`memory.step_usage`), and the steps by those
+        # bytes, most first (the peak away from the steps a move touches).
+        self.resident = resident_bytes(problem, assign)
+        usage = step_usage(problem, assign)
+        n = len(problem.liveness.order)
+        self.usage: dict[int, list[int]] = {d: usage.get(d, [0] * n) for d in problem.budgets}
+        self.ranked: dict[int, list[int]] = {
+            d: sorted(range(n), key=lambda k, row=row: -row[k]) for d, row in self.usage.items()  # type: ignore[misc]
+        }
 
     def _device(self, c: int, d: int, x: int) -> int:
         return d if x == c else self.assign[x]
@@ -211,28 +206,39 @@ class Moves:
 
     def over(self, c: int, d: int) -> list[int]:
         """The budgeted devices, in the budgets' order, that the plan with
-        class c on device d overfills."""
+        class c on device d overfills (the memory rule of `memory`: only the
+        steps of c and of its readers, and c's live range, change)."""
         p, here = self.problem, self.assign[c]
+        live = p.liveness
         out = []
         for x, budget in p.budgets.items():
-            need = self.need[x]
-            if d != here:
-                if here == x:
-                    need -= p.weight_bytes[c]
-                if d == x:
-                    need += p.weight_bytes[c]
+            resident = self.resident.get(x, 0)
+            delta: dict[int, int] = {}
+            if d != here and x in (here, d):
+                sign = 1 if d == x else -1
+                resident += sign * p.weight_bytes[c]
+                k = live.pos[c]
+                if not live.weight[c]:
+                    for j in range(k + 1, live.last[c] + 1):
+                        delta[j] = delta.get(j, 0) + sign * live.value[c]
+                delta[k] = delta.get(k, 0) + sign * p.largest[c]
+                for v, nbytes in live.inputs[c]:
+                    if self._device(c, here, v) != here and here == x:
+                        delta[k] -= nbytes  # c's copies in, as it was
+                    if self._device(c, d, v) != d and d == x:
+                        delta[k] += nbytes  # and as it would be
                 for e in self.incident[c]:
                     u, v, b, uses = p.edges[e]
-                    if self.assign[u] == x and self.assign[v] != x:
-                        need -= b * uses
-                    if self._device(c, d, u) == x and self._device(c, d, v) != x:
-                        need += b * uses
-            (v1, c1), (v2, _c2) = self.top[x]
-            largest = v1
-            if d != here and here == x and c1 == c:
-                largest = v2
-            if d != here and d == x:
-                largest = max(largest, p.largest[c])
-            if need + largest > budget:
+                    if v != c or u == c:
+                        continue
+                    if self.assign[u] == x:  # a reader on x: its copy of c before and after
+                        before = here != x
+                        after = d != x
+                        if before != after:
+                            delta[live.pos[u]] = delta.get(live.pos[u], 0) + (b * uses if after else -b * uses)
+            row = self.usage[x]
+            top = max((row[k] + dk for k, dk in delta.items()), default=0)
+            top = max(top, next((row[k] for k in self.ranked[x] if k not in delta), 0))
+            if resident + top > budget:
                 out.append(x)
         return out

@@ -10,6 +10,7 @@ per class (`_kernels`, each call costed by `kernel_costs`), weight bytes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from .cost_model import (
     work_ns,
 )
 from .cut_collector import Cuts
+from .memory import Liveness, liveness, peak_memory
 from .sizes import Estimate, Sizes, dtype_bytes
 
 Edge = tuple[int, int, int, int]  # (consumer class, producer class, bytes, uses)
@@ -54,7 +56,8 @@ class Problem:
     may take; `unary[c][d]` its kernel time there (ns); `edges` are
     (consumer class, producer class, bytes, uses); `links[s][t]` prices a copy
     (see `edge_ns`). Budgets: `weight_bytes[c]` bytes of parameters and
-    constants in c, `largest[c]` its largest intermediate.
+    constants in c, `largest[c]` its largest intermediate (or copy the module
+    makes itself into it); the memory rule is `memory`'s.
     """
 
     devices: list[VirtualDevice]
@@ -72,7 +75,8 @@ class Problem:
     budgets: dict[int, int]
     fixed_ns: int = 0  # input device_copy calls (fixed both ends)
     fixed_copies: int = 0
-    fixed_copy_bytes: dict[int, int] = field(default_factory=dict)  # destination -> bytes
+    # destination -> bytes of the module's own copies (held at their class's step: `largest`)
+    fixed_copy_bytes: dict[int, int] = field(default_factory=dict)
     fixed_copy_ns: dict[int, int] = field(default_factory=dict)  # destination -> ns
     # how the devices compare (`steps.devices.PrimitiveDevices`); None: as written
     primitive: PrimitiveDevices | None = None
@@ -85,6 +89,12 @@ class Problem:
 
     def edge_ns(self, nbytes: int, src: int, dst: int, uses: int) -> int:
         return _edge_ns(self.links, nbytes, src, dst, uses)
+
+    @functools.cached_property
+    def liveness(self) -> Liveness:
+        """The order the classes run in and what liveness needs of it
+        (`memory.Liveness`; computed once per problem)."""
+        return liveness(self)
 
 
 def _edge_ns(
@@ -144,22 +154,12 @@ def evaluate(problem: Problem, weights: Weights, assign: Sequence[int]) -> tuple
 
 
 def budget_violations(problem: Problem, assign: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(device, bytes needed, budget) for every device whose budget the plan exceeds."""
-    out = []
-    for d, budget in problem.budgets.items():
-        need = problem.fixed_copy_bytes.get(d, 0)
-        largest = 0
-        for c, x in enumerate(assign):
-            if x == d:
-                need += problem.weight_bytes[c]
-                largest = max(largest, problem.largest[c])
-        for u, v, b, uses in problem.edges:
-            if assign[u] == d and assign[v] != d:
-                need += b * uses
-        need += largest
-        if need > budget:
-            out.append((d, need, budget))
-    return out
+    """(device, peak bytes, budget) for every device whose budget the plan's
+    peak memory by liveness (`memory.peak_memory`) exceeds."""
+    if not problem.budgets:
+        return []
+    peak = peak_memory(problem, assign)
+    return [(d, peak.get(d, 0), budget) for d, budget in problem.budgets.items() if peak.get(d, 0) > budget]
 
 
 def identical_devices(problem: Problem) -> list[list[int]]:
@@ -535,6 +535,7 @@ class _FixedCopies:
     copies: int = 0
     copy_bytes: dict[int, int] = field(default_factory=dict)
     copy_ns: dict[int, int] = field(default_factory=dict)
+    results: list[tuple[Call, int]] = field(default_factory=list)  # (device_copy call, bytes)
 
 
 def _fixed_copies(collector: Collector, setup: DeviceSetup, sizes: Sizes) -> _FixedCopies:
@@ -544,6 +545,7 @@ def _fixed_copies(collector: Collector, setup: DeviceSetup, sizes: Sizes) -> _Fi
     total_ns = copies = 0
     copy_bytes: dict[int, int] = {}
     copy_ns_to: dict[int, int] = {}
+    results: list[tuple[Call, int]] = []
     roots = [f for _, f in collector.functions if is_optimizable(f)]
     for node in post_order(roots, enter=not_primitive):
         if type(node) is Call and type(node.op) is Op and node.op.name == "device_copy":
@@ -567,7 +569,8 @@ def _fixed_copies(collector: Collector, setup: DeviceSetup, sizes: Sizes) -> _Fi
             copy_ns_to[di] = copy_ns_to.get(di, 0) + ns
             copies += 1
             copy_bytes[di] = copy_bytes.get(di, 0) + b
-    return _FixedCopies(total_ns, copies, copy_bytes, copy_ns_to)
+            results.append((node, b))
+    return _FixedCopies(total_ns, copies, copy_bytes, copy_ns_to, results)
 
 
 @dataclass(frozen=True)
@@ -611,6 +614,13 @@ def build_problem(
             row.setdefault(d, 0)
         unary.append(row)
     fixed = _fixed_copies(collector, setup, sizes)
+    # A copy the module makes itself is a result of the class it belongs to
+    # (memory: held at that class's step, as its largest result if bigger).
+    largest = [kernels.largest.get(c, 0) for c in range(n)]
+    for node, nbytes in fixed.results:
+        held = classes.index.get(collector.ds.find(collector.ds.result_of(collector.dom(node))))
+        if held is not None:
+            largest[held] = max(largest[held], nbytes)
     problem = Problem(
         devices=candidates,
         names=setup.names,
@@ -623,7 +633,7 @@ def build_problem(
         pref=pref,
         edges=edges,
         weight_bytes=[weights.get(c, 0) for c in range(n)],
-        largest=[kernels.largest.get(c, 0) for c in range(n)],
+        largest=largest,
         budgets=setup.budgets,
         fixed_ns=fixed.ns,
         fixed_copies=fixed.copies,

@@ -1,5 +1,5 @@
 """Heuristic search for optimize problems with three or more devices or with
-budgets (issue 17): the obvious plans the answer must never be worse than,
+budgets: the obvious plans the answer must never be worse than,
 and alpha-expansion moves that improve a plan.
 
 Everything here returns plans (assignments) priced with the problem's own
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..deadline import Deadline
+from .memory import peak_memory
 from .mincut import two_device_cut
 from .problem import Problem, Weights, budget_violations, evaluate, identical_devices
 
@@ -315,7 +316,7 @@ def segment_plan(
     for d, budget in problem.budgets.items():
         seg = perm.index(d)
         s0, s1 = bnd[:, seg], bnd[:, seg + 1]
-        need = pre_w[s1] - pre_w[s0] + fixed_w[d] + const_bytes[d] + problem.fixed_copy_bytes.get(d, 0)
+        need = pre_w[s1] - pre_w[s0] + fixed_w[d] + const_bytes[d]
         need += np.maximum(rmax[s0, s1], fixed_l[d])
         zero = np.zeros(m, dtype=np.int64)
         full = np.full(m, cells, dtype=np.int64)
@@ -427,17 +428,10 @@ def device_orders(problem: Problem, most: int = 6) -> list[tuple[int, ...]]:
 
 
 def _bytes_on(problem: Problem, assign: Sequence[int]) -> dict[int, int]:
-    """Bytes each budgeted device holds under a plan (budget_violations' sum)."""
-    need = {d: problem.fixed_copy_bytes.get(d, 0) for d in problem.budgets}
-    largest = dict.fromkeys(problem.budgets, 0)
-    for c, x in enumerate(assign):
-        if x in need:
-            need[x] += problem.weight_bytes[c]
-            largest[x] = max(largest[x], problem.largest[c])
-    for u, v, b, uses in problem.edges:
-        if assign[u] in need and assign[v] != assign[u]:
-            need[assign[u]] += b * uses
-    return {d: need[d] + largest[d] for d in need}
+    """Peak bytes each budgeted device holds under a plan (`memory.peak_memory`,
+    as `budget_violations` compares them)."""
+    peak = peak_memory(problem, assign)
+    return {d: peak.get(d, 0) for d in problem.budgets}
 
 
 def _move(

@@ -1,4 +1,4 @@
-"""Offload problems (issue 30): two devices, a memory budget on one of them,
+"""Offload problems (a model bigger than its GPU): two devices, a memory budget on one of them,
 solved by dynamic programming over a path decomposition of the class graph.
 
 A model bigger than its GPU leaves a knapsack: which weight-reading kernels
@@ -15,19 +15,26 @@ The program walks the classes in the search's topological order (each
 producer right before its first consumer, `search.topological_order`); the *frontier* at a step is the set of
 classes already placed that still have an edge to a class not yet placed,
 and its devices are the DP state. Each state keeps the Pareto set of
-(run time, bytes on the budgeted device) of the partial plans reaching it.
+(run time, resident bytes on the budgeted device) of the partial plans
+reaching it. Bytes follow the memory rule by liveness (`memory`): weights
+placed on the budgeted device are resident (the knapsack); what it holds at a
+step beyond them (live activations, the step's largest result, copies in: a
+streamed weight among them) depends on the step's frontier state only, and
+is taken out by cases.
 Points are dropped when dominated, when the bytes cannot fit whatever the
 rest does, and when a Lagrangian lower bound on the rest (exact backward
 DPs over the same states, one per price per byte) shows the plan cannot
-beat the target. The largest intermediate (a maximum, not a sum) is taken
-out by cases: for each size M of it, classes with a larger one stay off the
-budgeted device and the budget shrinks by M.
+beat the target. The bytes held beyond the resident ones (a maximum over
+the steps, not a sum) are taken out by cases: for each bucket [lo, hi] of
+them, choices holding more than hi at their step are priced infinite and
+the budget shrinks by lo (by hi where a case must give a plan that fits).
 
 Two passes:
 
 - The bound, on a relaxation: kernels whose two devices differ by at most
   `LIGHT_SHARE` of the plan's run time cost their cheaper device's time on
-  both, and copies cost no time (their bytes still count). Every plan costs
+  both, and copies no longer than that cost no time (their bytes still
+  count; a streamed weight's copy is usually priced). Every plan costs
   at least its relaxed cost, so the relaxation's optimum is a lower bound on
   the optimum; with only the heavy kernels' times left, plans that differ in
   light placements only collapse into few Pareto points. The relaxed
@@ -96,6 +103,10 @@ PRICE_GRID = (0.0, 0.5, 0.9, 1.0, 1.1, 2.0)
 # MAX_BIG, are fixed to each device in turn: one case per choice.
 BIG_SHARE = 0.1
 MAX_BIG = 3
+# The transient bytes of the cases (`_size_buckets`): at most MAX_SIZES
+# buckets, values within TOLERANCE of the budget sharing one at first.
+MAX_SIZES = 8
+TOLERANCE = 0.01
 # The first target is this share above the bound (the window doubles after a
 # pass that completes, halves after one that stops); the search stops when
 # the interval left is NARROWEST of the bound.
@@ -143,9 +154,15 @@ class OffloadResult:
 @dataclass
 class _Steps:
     """Per step k (placing class order[k]): its frontier (the classes placed
-    before it that still have an edge to it or later), run time and bytes of
-    placing it on the budgeted device `g` or the other device `c` in each
-    frontier state (a bit per frontier class, 1 = on `g`), and the state after."""
+    before it that still have an edge to it or later), run time and resident
+    bytes (weights) of placing it on the budgeted device `g` or the other
+    device `c` in each frontier state (a bit per frontier class, 1 = on `g`),
+    the state after, and the bytes `g` holds at that step beyond the resident
+    ones (`memory.step_usage`: live activations on `g`, and on `g` the class's
+    largest result and the copies into it).
+
+    `cap`: a case's most transient bytes; `masked(cap)` is the view whose run
+    times are infinite where a choice holds more at its step."""
 
     order: list[int]
     fronts: list[list[int]]
@@ -155,6 +172,10 @@ class _Steps:
     bytes_c: list[np.ndarray]
     next_g: list[np.ndarray]
     next_c: list[np.ndarray]
+    trans_g: list[np.ndarray] = dataclasses.field(default_factory=list)
+    trans_c: list[np.ndarray] = dataclasses.field(default_factory=list)
+    views: dict[float, _Steps] = dataclasses.field(default_factory=dict)
+    top: float | None = None  # `most()`, once computed
 
     def choices(self, k: int, ok: tuple[bool, bool]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """The devices `ok` allows at step k, the budgeted one first: (1 on it,
@@ -166,6 +187,34 @@ class _Steps:
         if ok_c:
             out.append((0, self.ns_c[k], self.bytes_c[k], self.next_c[k]))
         return out
+
+    def masked(self, cap: float) -> _Steps:
+        """These steps with every choice that holds more than `cap` transient
+        bytes on `g` at its step priced infinite (cached per cap)."""
+        if not self.trans_g or cap >= self.most():
+            return self
+        view = self.views.get(cap)
+        if view is None:
+            inf = np.inf
+            view = dataclasses.replace(
+                self,
+                ns_g=[np.where(t > cap, inf, ns) for t, ns in zip(self.trans_g, self.ns_g)],
+                ns_c=[np.where(t > cap, inf, ns) for t, ns in zip(self.trans_c, self.ns_c)],
+                views={},
+                top=None,
+            )
+            self.views[cap] = view
+        return view
+
+    def most(self) -> float:
+        """The most transient bytes any choice holds."""
+        if self.top is None:
+            self.top = max(float(max(t.max(), u.max())) for t, u in zip(self.trans_g, self.trans_c))
+        return self.top
+
+    def transients(self) -> np.ndarray:
+        """Every distinct transient byte count of a choice, ascending."""
+        return np.unique(np.concatenate([*self.trans_g, *self.trans_c, np.zeros(1)]))
 
 
 def _frontiers(problem: Problem, order: Sequence[int]) -> tuple[list[list[int]], list[int]] | None:
@@ -191,8 +240,15 @@ def _frontiers(problem: Problem, order: Sequence[int]) -> tuple[list[list[int]],
 
 def _build(problem: Problem, order: list[int], fronts: list[list[int]], g: int, c: int, light_ns: int | None) -> _Steps:
     """The step arrays. `light_ns`: None for the exact costs; else the
-    relaxation (light classes at their cheaper time, copies free)."""
+    relaxation (light classes at their cheaper time, light copies free: a
+    streamed weight's copy is priced when it is heavier). Bytes on
+    `g` follow the memory rule (`memory`): a class's weights are resident
+    where it is placed; an activation is live on `g` from the step after its
+    producer to its last reader; a copy into `g` is held at its reader's step
+    (edges whose reader comes first, inside a cycle of classes, are left to
+    the exact check of every plan)."""
     n = len(problem.allowed)
+    live = problem.liveness
     pos = {x: i for i, x in enumerate(order)}
     at: list[list[int]] = [[] for _ in range(n)]  # edges priced when their later end is placed
     for e, (u, v, _b, _uses) in enumerate(problem.edges):
@@ -209,22 +265,30 @@ def _build(problem: Problem, order: list[int], fronts: list[list[int]], g: int, 
         ns_c = np.full(len(states), float(tc))
         bytes_g = np.full(len(states), float(problem.weight_bytes[x]))
         bytes_c = np.zeros(len(states))
+        # live activations on g crossing this step: frontier classes on g that are not weights
+        crossing = np.zeros(len(states))
+        for i, y in enumerate(front):
+            if not live.weight[y] and live.value[y] and live.last[y] >= k:
+                crossing += ((states >> i) & 1) * float(live.value[y])
+        trans_g = crossing + float(problem.largest[x])
         for e in at[x]:
             u, v, b, uses = problem.edges[e]
             other = v if u == x else u
             if other == x:
                 continue
             on_g = ((states >> where[other]) & 1).astype(bool)
-            if u == x:  # x reads `other`: into g when x is on g and other is not
-                bytes_g += np.where(on_g, 0.0, float(b * uses))
-                if light_ns is None:
-                    ns_g += np.where(on_g, 0.0, float(problem.edge_ns(b, c, g, uses)))
-                    ns_c += np.where(on_g, float(problem.edge_ns(b, g, c, uses)), 0.0)
+            if u == x:  # x reads `other`: a copy into g when x is on g and other is not
+                trans_g += np.where(on_g, 0.0, float(b * uses))
+            into_g, into_c = float(problem.edge_ns(b, c, g, uses)), float(problem.edge_ns(b, g, c, uses))
+            if light_ns is not None:  # light copies are free in the relaxation
+                into_g = into_g if into_g > light_ns else 0.0
+                into_c = into_c if into_c > light_ns else 0.0
+            if u == x:
+                ns_g += np.where(on_g, 0.0, into_g)
+                ns_c += np.where(on_g, into_c, 0.0)
             else:  # `other` reads x
-                bytes_c += np.where(on_g, float(b * uses), 0.0)
-                if light_ns is None:
-                    ns_g += np.where(on_g, 0.0, float(problem.edge_ns(b, g, c, uses)))
-                    ns_c += np.where(on_g, float(problem.edge_ns(b, c, g, uses)), 0.0)
+                ns_g += np.where(on_g, 0.0, into_c)
+                ns_c += np.where(on_g, into_g, 0.0)
         after = fronts[k + 1] if k + 1 < len(order) else []
         full = {y: i for i, y in enumerate([*front, x])}
         for bit, target in ((1, steps.next_g), (0, steps.next_c)):
@@ -237,6 +301,8 @@ def _build(problem: Problem, order: list[int], fronts: list[list[int]], g: int, 
         steps.ns_c.append(ns_c)
         steps.bytes_g.append(bytes_g)
         steps.bytes_c.append(bytes_c)
+        steps.trans_g.append(trans_g)
+        steps.trans_c.append(crossing)
     return steps
 
 
@@ -414,7 +480,7 @@ def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, deadline:
         t = np.concatenate([p[0] for p in parts])
         b = np.concatenate([p[1] for p in parts])
         cost = np.concatenate([p[2] for p in parts])
-        keep = b + reach[k][t] <= budget
+        keep = (b + reach[k][t] <= budget) & np.isfinite(cost)
         state, nbytes, ns = _pareto(t[keep], b[keep], cost[keep])
         sets[k] = ((state << _BYTE_BITS) | nbytes.astype(np.int64), ns)
         total += len(state)
@@ -516,7 +582,7 @@ def _forward(
         t = np.concatenate([p[0] for p in parts])
         b = np.concatenate([p[1] for p in parts])
         cost = np.concatenate([p[2] for p in parts])
-        keep = b + fewest[k + 1][t] <= budget
+        keep = (b + fewest[k + 1][t] <= budget) & np.isfinite(cost)
         for price, values in zip(prices, suffix):
             keep &= cost + price * (b - budget) + values[k + 1][t] <= slack
         at = np.flatnonzero(keep)  # the candidate's index: its parent point, and g's part first
@@ -578,6 +644,9 @@ class _Case:
     suffix: tuple[list[np.ndarray], ...] = ()
     fewest: list[np.ndarray] = dataclasses.field(default_factory=list)
     sets: Sets | None = None  # the coarse relaxation's suffix sets (`_coarse_pass`)
+    cap: float = math.inf  # the most transient bytes a choice may hold on the budgeted device
+    unpriced: bool = False  # lower includes the case's optimum without its budget
+    strict: float = math.inf  # the budget less the cap: what a plan of the case surely fits
 
 
 def offload_search(
@@ -617,10 +686,12 @@ def offload_search(
     best_ns = evaluate(problem, weights, best_assign)[1] - fixed if best_assign is not None else math.inf
     scale = best_ns if math.isfinite(best_ns) else sum(min(problem.unary[x].values()) for x in order)
     light = int(LIGHT_SHARE * scale)
-    cases = _cases(problem, order, g, c, float(bound_ns - fixed))
+    relaxed = _build(problem, order, fronts, g, c, light)
+    cases = _cases(problem, order, g, c, float(bound_ns - fixed), relaxed)
     if not cases:
         return None
-    relaxed = _build(problem, order, fronts, g, c, light)
+    for case in cases:  # one backward pass each: most cases end here
+        _unpriced(relaxed, case)
     exact: _Steps | None = None
     passes = 0
 
@@ -715,8 +786,8 @@ def offload_search(
             # The relaxation's bounds (suffix values, coarse sets) hold for the exact costs too.
             on_exact = proving and case.done
             outcome = _forward(
-                exact if on_exact and exact is not None else relaxed, case.allow, case.budget, target,
-                case.prices, case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
+                (exact if on_exact and exact is not None else relaxed).masked(case.cap), case.allow, case.budget,
+                target, case.prices, case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
             )
             rate = _rate(outcome.points, time.perf_counter() - began) or rate
             passes += 1
@@ -775,6 +846,8 @@ def _coarse_pass(
             break
         _price(relaxed, first, math.inf)
     first = min(cases, key=lambda k: k.lower)
+    if not math.isfinite(first.lower):
+        return 0  # no case has a plan
     coarse_light = int(LIGHT_SHARE * max(scale, first.lower))
     log.debug("offload DP: coarse light %d ns (fine %d), Lagrangian %.0f, its plan %.0f",
               coarse_light, light, first.lower, first.fitting)
@@ -789,7 +862,7 @@ def _coarse_pass(
             continue
         if not _price(relaxed, case, goal()):
             continue
-        built = _suffix_sets(coarse, case.allow, case.budget, COARSE_CAP - stored, deadline)
+        built = _suffix_sets(coarse.masked(case.cap), case.allow, case.budget, COARSE_CAP - stored, deadline)
         passes += 1
         if built is None:
             log.debug("offload DP: %s coarse sets past %d points", case.name, COARSE_CAP - stored)
@@ -802,7 +875,7 @@ def _coarse_pass(
         relaxed_ns = float(first_ns.min())
         log.debug("offload DP: %s coarse optimum %.0f (%d points)", case.name, relaxed_ns, points)
         case.lower = max(case.lower, relaxed_ns)
-        plan = _plan_in(coarse, case.allow, sets, case.budget)
+        plan = _plan_in(coarse.masked(case.cap), case.allow, sets, min(case.budget, case.strict))
         if plan is not None:
             settle(case, plan[1], coarse_light, POLISH_WINDOWS[1:])  # the coarse optimum is further below
         if case.lower < goal():
@@ -833,8 +906,8 @@ def _quick(relaxed: _Steps, cases: list[_Case], deadline: Deadline) -> _Quick | 
         return None
     began = time.perf_counter()
     outcome = _forward(
-        relaxed, case.allow, case.budget, case.fitting, case.prices, case.suffix, case.fewest, deadline,
-        coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
+        relaxed.masked(case.cap), case.allow, case.budget, case.fitting, case.prices, case.suffix, case.fewest,
+        deadline, coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
     )
     rate = _rate(outcome.points, time.perf_counter() - began)
     log.debug("offload DP: %s quick plan: %s %.0f (%d points)", case.name, outcome.status, outcome.ns, outcome.points)
@@ -874,50 +947,59 @@ def _fits_keys(problem: Problem, g: int, c: int) -> bool:
     return worst < 1 << _COST_BITS and problem.budgets[g] < 1 << _BYTE_BITS
 
 
-def _cases(problem: Problem, order: Sequence[int], g: int, c: int, known: float) -> list[_Case]:
-    """The cases: each size M of the largest intermediate on `g` (classes
-    with a larger one off `g`, the budget less M), times the devices of the
-    few big classes (those whose own and only-theirs weights take
-    `BIG_SHARE` of the budget: a Lagrangian bound is weakest on them). A
-    case starts with the bound of every class at its cheapest allowed
-    device (no pass needed) or `known`, whichever is more."""
+def _size_buckets(values: np.ndarray, room: float) -> list[tuple[float, float]]:
+    """The transient byte counts within `room` grouped into at most
+    MAX_SIZES buckets (lowest, highest): values within a span of TOLERANCE
+    of the room (doubled until few enough) share one."""
+    within = [float(v) for v in values if v <= room]
+    tol = TOLERANCE * max(room, 1.0)
+    while True:
+        buckets: list[tuple[float, float]] = []
+        for v in within:
+            if buckets and v - buckets[-1][0] <= tol:
+                buckets[-1] = (buckets[-1][0], v)
+            else:
+                buckets.append((v, v))
+        if len(buckets) <= MAX_SIZES:
+            return buckets
+        tol *= 2
+
+
+def _cases(problem: Problem, order: Sequence[int], g: int, c: int, known: float, steps: _Steps) -> list[_Case]:
+    """The cases: each bucket [lo, hi] of the most bytes `g` holds at a step
+    beyond its resident weights (choices holding more than hi priced
+    infinite, the budget less lo: every plan is in the case of its own
+    maximum, so the cases together relax the problem exactly where a bucket
+    holds one value), times the devices of the few big classes (those whose
+    weights take `BIG_SHARE` of the budget: a Lagrangian bound is weakest on
+    them; their readers stay free, to stream them or not). A case starts with the bound of every class
+    at its cheapest allowed device (no pass needed) or `known`, whichever
+    is more."""
     n = len(problem.allowed)
-    room = problem.budgets[g] - problem.fixed_copy_bytes.get(g, 0)
-    readers: dict[int, set[int]] = {}
-    produced = [False] * n
-    for u, v, _b, _uses in problem.edges:
-        readers.setdefault(v, set()).add(u)
-        produced[u] = True
-    owned = list(problem.weight_bytes)
-    for v, users in readers.items():
-        if not produced[v] and len(users) == 1:
-            (u,) = users
-            owned[u] += problem.weight_bytes[v]
-    big = sorted((x for x in range(n) if len(problem.allowed[x]) == 2 and owned[x] >= BIG_SHARE * room),
-                 key=lambda x: -owned[x])[:MAX_BIG]
-    own_weights = {x: [v for v, users in readers.items() if not produced[v] and users == {x}] for x in big}
+    room = problem.budgets[g]
+    big = sorted((x for x in range(n) if len(problem.allowed[x]) == 2 and problem.weight_bytes[x] >= BIG_SHARE * room),
+                 key=lambda x: -problem.weight_bytes[x])[:MAX_BIG]
     pos = {x: k for k, x in enumerate(order)}
-    sizes = sorted({problem.largest[x] for x in range(n) if g in problem.allowed[x]} | {0})
     unary_g = np.array([problem.unary[x].get(g, 0) for x in order], dtype=float)
     unary_c = np.array([problem.unary[x].get(c, 0) for x in order], dtype=float)
+    base = [(g in problem.allowed[x], c in problem.allowed[x]) for x in order]
     out: list[_Case] = []
-    for size in reversed(sizes):
-        if size > room:
-            continue
-        base = [(g in problem.allowed[x] and problem.largest[x] <= size, c in problem.allowed[x]) for x in order]
+    for lo, hi in reversed(_size_buckets(steps.transients(), float(room))):
         for devices in itertools.product((g, c), repeat=len(big)):
             allow = list(base)
             for x, d in zip(big, devices):
-                for y in (x, *own_weights[x]):
-                    ok_g, ok_c = allow[pos[y]]
-                    allow[pos[y]] = (ok_g and d == g, ok_c and d == c)
+                ok_g, ok_c = allow[pos[x]]
+                allow[pos[x]] = (ok_g and d == g, ok_c and d == c)
             if any(not a and not b for a, b in allow):
                 continue
+            if sum(problem.weight_bytes[x] for x, d in zip(big, devices) if d == g) > room - lo:
+                continue  # the big weights alone overfill this case
             on_g = np.array([a for a, _ in allow])
             on_c = np.array([b for _, b in allow])
             cheapest = np.minimum(np.where(on_g, unary_g, np.inf), np.where(on_c, unary_c, np.inf)).sum()
-            name = f"M={size}" + "".join(f" #{x}:{'g' if d == g else 'c'}" for x, d in zip(big, devices))
-            out.append(_Case(size, allow, float(room - size), max(float(cheapest), known), name=name))
+            name = f"M={lo:.0f}..{hi:.0f}" + "".join(f" #{x}:{'g' if d == g else 'c'}" for x, d in zip(big, devices))
+            out.append(_Case(int(hi), allow, float(room - lo), max(float(cheapest), known), name=name, cap=hi,
+                             strict=float(room - hi)))
     return out
 
 
@@ -925,13 +1007,21 @@ def _price(steps: _Steps, case: _Case, target: float) -> bool:
     """A case's unconstrained optimum and Lagrangian bound, and its best
     price, unless the first already puts it at or above `target` (False
     then, as when the bound does)."""
+    steps = steps.masked(case.cap)
     if case.price is None:
-        case.lower = max(case.lower, float(_backward(steps, case.allow, 0.0)[0][0]))
+        _unpriced(steps, case)
         if case.lower >= target:
             return False
         value, case.price, case.fitting = _lagrangian(steps, case.allow, case.budget)
         case.lower = max(case.lower, value)
     return case.lower < target
+
+
+def _unpriced(steps: _Steps, case: _Case) -> None:
+    """A case's optimum without its budget (transient cap included) as its bound, once."""
+    if not case.unpriced:
+        case.lower = max(case.lower, float(_backward(steps.masked(case.cap), case.allow, 0.0)[0][0]))
+        case.unpriced = True
 
 
 def _prepare(steps: _Steps, case: _Case, target: float, grid: Sequence[float] = PRICE_GRID) -> bool:
@@ -941,6 +1031,7 @@ def _prepare(steps: _Steps, case: _Case, target: float, grid: Sequence[float] = 
     around that price and the fewest bytes of every suffix."""
     if not _price(steps, case, target):
         return False
+    steps = steps.masked(case.cap)
     price = case.price
     assert price is not None
     case.prices = tuple(price * f for f in grid)
@@ -964,6 +1055,7 @@ def _polish(
     """The relaxed plan's heavy classes where it has them and everything else
     placed by the exact program; None when it finds nothing faster than
     `best_ns`."""
+    exact = exact.masked(case.cap)
     device = dict(relaxed_plan)
     allow: Allow = []
     for (ok_g, ok_c), x in zip(case.allow, exact.order):
@@ -981,7 +1073,8 @@ def _polish(
         # The case's relaxed suffix bounds hold here too (fewer classes held,
         # cheaper costs), and bring the budget into the pruning.
         outcome = _forward(
-            exact, allow, case.budget, target, (0.0, *case.prices), (suffix, *case.suffix), fewest, deadline,
+            exact, allow, min(case.budget, case.strict), target, (0.0, *case.prices), (suffix, *case.suffix), fewest,
+            deadline,
             coarse_ns=max(1.0, POLISH_COARSE * case.lower),
         )
         if outcome.status == "found" and outcome.bits is not None:

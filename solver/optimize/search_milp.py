@@ -1,5 +1,5 @@
 """The optimize problem as a mixed-integer program, solved by HiGHS
-(`highspy`), for the cases the exact cuts do not settle (issue 17): three or
+(`highspy`), for the cases the exact cuts do not settle: three or
 more devices, or budgets the priced cuts cannot prove.
 
 Why a MILP library: Z3 `Optimize` over the same problem times out at model
@@ -16,9 +16,10 @@ Formulation (run time in integer ns; tie-breaks in a second stage):
   devices s of v and t of u, with sum_t z[e,s,t] = x[v,s] and
   sum_s z[e,s,t] = x[u,t] (the local marginal polytope, much tighter than
   z >= x + x - 1); a copy costs edge_ns on z[e,s,t], s != t;
-- a budget on d: weights on d + bytes copied into d + m_d <= budget - fixed
-  copies into d, with m_d >= largest[c] * x[c,d] (the largest intermediate);
-  bytes copied into d for e are b * (x[u,d] - z[e,d,d]);
+- a budget on d, the memory rule by liveness (`memory`): r_d = weights on d,
+  and at each step of the order r_d + live activations on d + the class's
+  largest result and copies into it when on d <= budget - the module's own
+  copies into d; bytes copied into d for e are b * (x[u,d] - z[e,d,d]);
 - identical devices (same profile, budget, links, support and kernel costs)
   are interchangeable: the first free class that may take them may only take
   the first of the group (valid: any plan can be relabelled so), and the
@@ -118,26 +119,42 @@ class _Model:
                 for g in group[1:]:
                     self.breakers.append(len(self.row_lo))
                     self._row(0.0, 0.0, [(self.x[first][g], 1.0)])
+        live = p.liveness
         for d, budget in p.budgets.items():
-            m = self._col(0, _INF, False, 0.0)
-            terms: dict[int, float] = {m: 1.0}
+            # The memory rule (`memory`): resident weights, and at each step
+            # the live activations, the class's largest result and its copies in.
+            room = float(budget)
+            resident = self._col(0, _INF, False, 0.0)
+            terms: dict[int, float] = {resident: -1.0}
+            for c in range(len(p.allowed)):
+                col = self.x[c].get(d)
+                if col is not None and p.weight_bytes[c]:
+                    terms[col] = terms.get(col, 0.0) + p.weight_bytes[c]
+            self._row(0.0, 0.0, list(terms.items()))
+            self._row(-_INF, room, [(resident, 1.0)])
+            at: list[dict[int, float]] = [{} for _ in live.order]
             for c in range(len(p.allowed)):
                 col = self.x[c].get(d)
                 if col is None:
                     continue
-                if p.weight_bytes[c]:
-                    terms[col] = terms.get(col, 0.0) + p.weight_bytes[c]
+                k = live.pos[c]
                 if p.largest[c]:
-                    self._row(-_INF, 0.0, [(col, float(p.largest[c])), (m, -1.0)])
+                    at[k][col] = at[k].get(col, 0.0) + p.largest[c]
+                if not live.weight[c] and live.value[c]:
+                    for j in range(k + 1, live.last[c] + 1):
+                        at[j][col] = at[j].get(col, 0.0) + live.value[c]
             for e, (u, v, b, uses) in enumerate(p.edges):
                 col = self.x[u].get(d)
-                if col is None:
+                if col is None or not b:
                     continue
-                terms[col] = terms.get(col, 0.0) + b * uses
+                row = at[live.pos[u]]
+                row[col] = row.get(col, 0.0) + b * uses
                 stay = self.z[e].get((d, d))
                 if stay is not None:
-                    terms[stay] = terms.get(stay, 0.0) - b * uses
-            self._row(-_INF, float(budget - p.fixed_copy_bytes.get(d, 0)), list(terms.items()))
+                    row[stay] = row.get(stay, 0.0) - b * uses
+            for row in at:
+                if any(v for v in row.values()):
+                    self._row(-_INF, room, [(resident, 1.0), *row.items()])
 
     def _col(self, cost: int, upper: float, integer: bool, tie: float) -> int:
         self.cost.append(float(cost))

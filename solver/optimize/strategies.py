@@ -22,6 +22,7 @@ from .search import Candidate, coarsen, expand, local_moves, obvious_plans
 from .search_dp import offload_search
 from .search_lns import improve
 from .search_milp import milp_solve
+from .stream import stream_plan, streamed
 from .z3_encoding import Encoding
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,6 @@ def _cut(
         # x_v=0 (producer on d0), x_u=1: copy d0->d1; and the reverse.
         c01 = problem.edge_ns(b, d0, d1, uses) * weights.per_ns + uses * weights.per_copy
         c10 = problem.edge_ns(b, d1, d0, uses) * weights.per_ns + uses * weights.per_copy
-        if penalty:
-            c01 += penalty.get(d1, 0) * b * uses
-            c10 += penalty.get(d0, 0) * b * uses
         pairs.append((v, u, c01, c10))
     value, x = two_device_cut(unary, pairs)
     return value, [pair[i] for i in x]
@@ -149,23 +147,40 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
             # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
             return Solution(assign, value, value, "min-cut")
         phase = Deadline(max(1, int(deadline.remaining_ms() * OFFLOAD_SHARE)))
-        offload = offload_search(problem, weights, None, 0, OFFLOAD_GOAL_PPM, phase)
+        streaming = _streaming(problem, weights)
+        offload = offload_search(problem, weights, streaming, 0, OFFLOAD_GOAL_PPM, phase)
         if offload is None:  # not an offload problem: the priced cuts
             start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
             if start is not None and start.lower >= start.objective:
                 return start
         else:
             known = offload.bound_ns * weights.per_ns
-            if offload.assign is not None:
+            found = offload.assign if offload.assign is not None else streaming
+            if found is not None:
                 # The program prices run time only: single-class moves settle the
                 # copies and preferred devices it left open.
-                assign = local_moves(problem, weights, offload.assign, Deadline(max(1, deadline.remaining_ms() // 10)))
+                assign = local_moves(problem, weights, found, Deadline(max(1, deadline.remaining_ms() // 10)))
                 value = evaluate(problem, weights, assign)[0]
                 start = Solution(assign, value, min(known, value), f"offload DP ({offload.passes} passes)")
-                if value * 1_000_000 <= known * (1_000_000 + OFFLOAD_GOAL_PPM):
+                ties_open = value // weights.per_ns <= offload.bound_ns and value > known
+                if value * 1_000_000 <= known * (1_000_000 + OFFLOAD_GOAL_PPM) and not ties_open:
                     return start
             return _search(problem, weights, deadline, start, known)
     return _search(problem, weights, deadline, start)
+
+
+def _streaming(problem: Problem, weights: Weights) -> list[int] | None:
+    """The greedy streaming plan (`stream.stream_plan`) of an offload problem
+    (two devices, a budget on one), None for other problems or when it does
+    not fit."""
+    used = sorted({d for ok in problem.allowed for d in ok})
+    budgeted = [d for d in used if d in problem.budgets]
+    if len(used) != 2 or len(budgeted) != 1:
+        return None
+    g = budgeted[0]
+    c = next(d for d in used if d != g)
+    _, start = _cut(streamed(problem, c), weights, (used[0], used[1]))
+    return stream_plan(problem, weights, g, c, start)
 
 
 # Two devices and a budget on one (a model bigger than its GPU): the offload
@@ -323,9 +338,10 @@ def _budget_heuristic(
 ) -> Solution | None:
     """A plan within the budgets: minimum cuts with a growing price per byte on
     the devices the relaxation overfills (Lagrangian style). Its bound is the
-    best Lagrangian dual value seen: for a price p >= 0 on the weights and
-    copies placed on device d, min(objective + p * (bytes on d - budget of d))
-    is below every plan within the budget (whose bytes on d fit)."""
+    best Lagrangian dual value seen: for a price p >= 0 on the weights placed
+    on device d, min(objective + p * (weight bytes on d - budget of d)) is
+    below every plan within the budget (its resident weights fit: the
+    memory rule's peak is at least them)."""
     over = {d for d, _need, _budget in budget_violations(problem, relaxed)}
     constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
     bound = lower
@@ -335,7 +351,7 @@ def _budget_heuristic(
         deadline.check("optimize")
         prices = {d: scale for d in over}
         value, dual_plan = _cut(problem, weights, pair, prices, intermediates=False)
-        fixed = sum(p * (problem.fixed_copy_bytes.get(d, 0) - problem.budgets[d]) for d, p in prices.items())
+        fixed = sum(-p * problem.budgets[d] for d, p in prices.items())
         bound = max(bound, value + constant + fixed)
         _, assign = _cut(problem, weights, pair, prices)
         # Either cut may fit the budgets (the dual's plan ignores intermediates).

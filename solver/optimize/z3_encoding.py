@@ -8,20 +8,18 @@ model back, and the Z3 check of a plan found without it (`z3_check`).
   class as a pseudo-Boolean equality (`PbEq`);
 - with `track`, every device is in the domain and support is an implication
   guarded by `g_allow<c>`, each budget by `g_budget<d>` (unsat cores);
-- each budget is one pseudo-Boolean constraint (`PbLe`): weight bytes of the
-  classes on d, bytes copied into d (a Bool per edge that can copy into d,
-  implied by its consumer on d and its producer elsewhere), and the largest
-  intermediate as a staircase: for the distinct sizes L1 > L2 > ... of the
-  classes that may take d, a Bool `s<d>_<j>` weighted Lj - Lj+1, implied by
-  each class of size Lj on d and implying `s<d>_<j+1>` (the true steps sum
-  to exactly the largest size on d when the staircase is as low as the plan
-  allows);
+- each budget is the memory rule by liveness (`memory`), one
+  pseudo-Boolean constraint (`PbLe`) per step of the order: the weight bytes
+  of the classes on d, and at that step the values live on d, the step's
+  largest result when its class is on d and the bytes copied into it (a Bool
+  per edge that can copy into d, implied by its consumer on d and its
+  producer elsewhere);
 - the objective: one soft term per cost (kernel on a non-free device, copy
   between two devices), `objective()` as an integer sum, so a bound
   `objective < incumbent` can be added.
 
 It replaced SMT-LIB text assembled by hand and read back with a regular
-expression (issue 16); since stop 24 no caller goes through text (the budget
+expression (the first form of the encoding); now no caller goes through text (the budget
 conflict printed it and parsed it back into a new context). Measured cost
 (2-core box under load, resnet50 with cpu and two 60 MB GPUs, 436 classes):
 building the encoding takes about 0.45 s of Python API calls, and
@@ -77,14 +75,27 @@ class Encoding:
                     if du != dv:
                         cost = problem.edge_ns(b, dv, du, uses) * weights.per_ns + uses * weights.per_copy
                         self.soft.append((z3.And(lv, lu), cost))
+        live = problem.liveness
         for d, budget in problem.budgets.items():
-            terms: list[tuple[Any, int]] = []
+            # The memory rule by liveness (`memory`): resident weights, and at
+            # each step live activations, the largest result and copies in.
+            resident: list[tuple[Any, int]] = []
             implied: list[Any] = []
             for c, lits in enumerate(self.lits):
                 if d in lits and problem.weight_bytes[c]:
-                    terms.append((lits[d], problem.weight_bytes[c]))
+                    resident.append((lits[d], problem.weight_bytes[c]))
+            at: list[list[tuple[Any, int]]] = [[] for _ in live.order]
+            for c, lits in enumerate(self.lits):
+                if d not in lits:
+                    continue
+                k = live.pos[c]
+                if problem.largest[c]:
+                    at[k].append((lits[d], problem.largest[c]))
+                if not live.weight[c] and live.value[c]:
+                    for j in range(k + 1, live.last[c] + 1):
+                        at[j].append((lits[d], live.value[c]))
             for e, (u, v, b, uses) in enumerate(problem.edges):
-                if d in self.lits[u] and any(x != d for x in self.lits[v]):
+                if b and d in self.lits[u] and any(x != d for x in self.lits[v]):
                     into = z3.Bool(f"i{d}_{e}", ctx_)
                     here = self.lits[v].get(d)
                     implied.append(
@@ -92,23 +103,10 @@ class Encoding:
                         if here is not None
                         else z3.Implies(self.lits[u][d], into)
                     )
-                    terms.append((into, b * uses))
-            sizes = sorted(
-                {problem.largest[c] for c, lits in enumerate(self.lits) if d in lits and problem.largest[c]},
-                reverse=True,
-            )
-            steps = [z3.Bool(f"s{d}_{j}", ctx_) for j in range(len(sizes))]
-            for j, size in enumerate(sizes):
-                below = sizes[j + 1] if j + 1 < len(sizes) else 0
-                terms.append((steps[j], size - below))
-            # Each step implies the next (sizes descend), a class its own step.
-            implied.extend(z3.Implies(steps[j], steps[j + 1]) for j in range(len(steps) - 1))
-            for c, lits in enumerate(self.lits):
-                if d in lits and problem.largest[c]:
-                    j = sizes.index(problem.largest[c])
-                    implied.append(z3.Implies(lits[d], steps[j]))
-            room = budget - problem.fixed_copy_bytes.get(d, 0)
-            parts = [*implied, z3.PbLe(terms, room) if terms else z3.BoolVal(room >= 0, ctx_)]
+                    at[live.pos[u]].append((into, b * uses))
+            room = budget
+            rows = [resident, *(resident + step for step in at if step)]
+            parts = [*implied, *(z3.PbLe(row, room) if row else z3.BoolVal(room >= 0, ctx_) for row in rows)]
             rule = parts[0] if len(parts) == 1 else z3.And(*parts)
             if track:
                 name = f"g_budget{d}"

@@ -75,19 +75,15 @@ def test_an_incumbent_is_kept_or_beaten(seed: int) -> None:
 
 
 def knapsack(sizes: list[int], budget: int) -> Problem:
-    """Independent weighted kernels (a weight class read by a kernel class,
-    each pair) that run 1000x faster on the budgeted GPU, time in proportion
+    """Independent weighted kernels (each a class that holds its own weight,
+    resident where the kernel runs) that run 1000x faster on the budgeted GPU, time in proportion
     to the weight's bytes: the relaxation fills the budget exactly, whole
     kernels cannot."""
     base = random_problem(0, 2, 2, budgets=True, pins=False)
-    n = 2 * len(sizes)
-    unary: list[dict[int, int]] = []
-    weight_bytes: list[int] = []
+    n = len(sizes)
+    unary: list[dict[int, int]] = [{0: size, 1: size // 1000} for size in sizes]
+    weight_bytes = list(sizes)
     edges: list[tuple[int, int, int, int]] = []
-    for i, size in enumerate(sizes):
-        unary += [{0: size, 1: size // 1000}, {0: 0, 1: 0}]  # the kernel, its weight
-        weight_bytes += [0, size]
-        edges.append((2 * i, 2 * i + 1, size, 1))
     gpu = next(iter(base.budgets))
     profiles = list(base.profiles)
     profiles[gpu] = dataclasses.replace(profiles[gpu], memory_bytes=budget)
@@ -116,8 +112,8 @@ def test_knapsack_bound_beats_the_lagrangian() -> None:
     order = topological_order(problem)
     shape = _frontiers(problem, order)
     assert shape is not None
-    (case, *_) = _cases(problem, order, g, c, 0.0)
-    lagrangian, _, _ = _lagrangian(_build(problem, order, shape[0], g, c, 0), case.allow, case.budget)
+    steps = _build(problem, order, shape[0], g, c, 0)
+    lagrangian = min(_lagrangian(steps, k.allow, k.budget)[0] for k in _cases(problem, order, g, c, 0.0, steps))
     found = offload_search(problem, weights, None, 0, 0, Deadline.never())
     assert found is not None and found.assign is not None
     # The relaxation could fill 20.5 MB; whole kernels fill 20 MB at best.

@@ -69,7 +69,7 @@ def setup(seed: int, light_share: float) -> tuple[Problem, _Steps, list[tuple[bo
         fit = sum(1 for _, nbytes, _ in plans if nbytes <= case.budget)
         return min(fit, len(plans) - fit)
 
-    case = max(_cases(problem, order, g, c, 0.0), key=spread)
+    case = max(_cases(problem, order, g, c, 0.0, steps), key=spread)
     return problem, steps, case.allow, case.budget
 
 

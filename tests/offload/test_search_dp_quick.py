@@ -24,7 +24,7 @@ def test_quick_plans_fit_their_case_and_are_real_plans() -> None:
     for seed in range(24):
         problem = random_problem(700 + seed, 2, 11, budgets=True)
         g, c, order, relaxed = program_of(problem, 0.0)
-        quick = _quick(relaxed, _cases(problem, order, g, c, 0.0), Deadline.never())
+        quick = _quick(relaxed, _cases(problem, order, g, c, 0.0, relaxed), Deadline.never())
         if quick is None or quick.bits is None:
             continue  # no case, or (a heuristic) nothing found below the Lagrangian's plan
         found += 1

@@ -1,0 +1,268 @@
+"""Memory by liveness and the copy/compute schedule of a plan.
+
+The planner assumes the classes run in one order, `search.topological_order`
+(each producer right before its first consumer), one class's kernels after
+another's whichever device they are on. Along that order the memory a device
+needs is, at each step, the bytes it holds then:
+
+- *resident* bytes: the weights of every class placed on it (parameters of
+  the entry function, data inputs among them, and constants), for the whole
+  run;
+- *live activations*: the value of every class (`Liveness.value`: the bytes
+  its readers read) placed on it, from the step after it is computed to the
+  step of its last reader on any device (a copy is made at its reader's step,
+  so the original lives until then);
+- the step's *working set*: the largest result the class computes there
+  (`Problem.largest`, a `device_copy` of the module's own included) and every
+  copy into it (a copy per use, made at the
+  step and freed after it; a streamed weight is one: a weight stored on
+  another device and read here is copied in for its reader and freed after);
+- with overlap (below), weights being copied ahead of their reader.
+
+`peak_memory_bytes[d]` is the maximum over the steps; a budget holds when the
+peak fits it. Copies (and only copies) make the peak depend on the order:
+`peak_memory` is exact for the planner's order.
+
+The schedule (`schedule`): each device has one compute stream; kernels run one
+after another in the order. A copy of an activation is made by its reader,
+synchronously (it is on the critical path). A copy of a weight (a class that
+holds weights and reads nothing: ready before the run) goes on the copy
+stream of its link, first in first out: with `overlap` it is issued when the
+previous kernel reading a streamed weight on the same device starts (one
+streamed reader ahead: double buffering, as FlexGen and DeepSpeed ZeRO
+Inference prefetch the next layer), not before the copy ahead of it on the
+link, and only as early as the budget leaves room for its bytes at every step
+it is held before its reader; the reader waits for it. Without overlap (as
+accelerate executes a device map) every copy is synchronous and the run time
+is the sum of kernel and copy times, `problem.evaluate`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .cost_model import copy_ns
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What liveness needs of a problem, independent of a plan.
+
+    `order`: the classes in the order they run; `pos[c]` its step;
+    `weight[c]`: c holds weights and computes nothing (no kernel, nothing
+    read): a copy of it can start before the run; `value[c]`: the bytes of
+    c's value as its readers read it (the largest per-use size of an edge
+    out of it); `last[c]`: the step of its last reader (its own step when
+    nothing reads it); `inputs[c]`: (producer, bytes over all uses) of every
+    cuttable edge into c."""
+
+    order: list[int]
+    pos: list[int]
+    weight: list[bool]
+    value: list[int]
+    last: list[int]
+    inputs: list[list[tuple[int, int]]]
+
+
+def liveness(problem: object) -> Liveness:
+    """The liveness data of a `Problem` (see `Problem.liveness`, cached)."""
+    from .problem import Problem
+    from .search import topological_order
+
+    assert isinstance(problem, Problem)
+    n = len(problem.allowed)
+    order = topological_order(problem)
+    pos = [0] * n
+    for k, c in enumerate(order):
+        pos[c] = k
+    reads = [False] * n
+    value = [0] * n
+    last = list(pos)
+    inputs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for u, v, b, uses in problem.edges:
+        reads[u] = True
+        value[v] = max(value[v], b // max(1, uses))
+        last[v] = max(last[v], pos[u])
+        inputs[u].append((v, b * uses))
+    weight = [problem.weight_bytes[c] > 0 and problem.ops[c] == 0 and not reads[c] for c in range(n)]
+    return Liveness(order, pos, weight, value, last, inputs)
+
+
+def resident_bytes(problem: object, assign: Sequence[int]) -> dict[int, int]:
+    """Bytes each device holds for the whole run under `assign`: the weights
+    of the classes placed on it."""
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    out: dict[int, int] = {}
+    for c, d in enumerate(assign):
+        if problem.weight_bytes[c]:
+            out[d] = out.get(d, 0) + problem.weight_bytes[c]
+    return out
+
+
+def step_usage(problem: object, assign: Sequence[int]) -> dict[int, list[int]]:
+    """Per device, the bytes beyond the resident ones it holds at each step
+    of the order without overlap: live activations and the step's working set."""
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    live = problem.liveness
+    n = len(live.order)
+    diff: dict[int, list[int]] = {}
+
+    def add(d: int, start: int, stop: int, nbytes: int) -> None:
+        """nbytes on d at steps start..stop (inclusive)."""
+        if nbytes <= 0 or start > stop:
+            return
+        row = diff.get(d)
+        if row is None:
+            row = diff[d] = [0] * (n + 1)
+        row[start] += nbytes
+        row[stop + 1] -= nbytes
+
+    for c, d in enumerate(assign):
+        k = live.pos[c]
+        if not live.weight[c]:
+            add(d, k + 1, live.last[c], live.value[c])
+        add(d, k, k, problem.largest[c])
+        for v, nbytes in live.inputs[c]:
+            if assign[v] != d:
+                add(d, k, k, nbytes)
+    out: dict[int, list[int]] = {}
+    for d, row in diff.items():
+        acc = 0
+        steps = []
+        for k in range(n):
+            acc += row[k]
+            steps.append(acc)
+        out[d] = steps
+    return out
+
+
+def peak_memory(problem: object, assign: Sequence[int]) -> dict[int, int]:
+    """Peak bytes per device (every device that holds anything) under the
+    memory rule of the module docstring, without prefetching."""
+    resident = resident_bytes(problem, assign)
+    usage = step_usage(problem, assign)
+    out = dict(resident)
+    for d, steps in usage.items():
+        out[d] = out.get(d, 0) + max(steps, default=0)
+    return out
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The timed run of a plan.
+
+    `total_ns`: its length (the predicted run time); `kernel_ns[d]` and
+    `copy_ns[d]`: kernel time on d and time of the copies into d (the
+    module's own included); `hidden_ns[d]`: the part of `copy_ns[d]` that ran
+    beside compute (0 without overlap); `peak_bytes[d]`: the peak memory,
+    prefetched weights included; so `total_ns` = sum of kernel and copy
+    times less the hidden ones."""
+
+    total_ns: int
+    kernel_ns: dict[int, int]
+    copy_ns: dict[int, int]
+    hidden_ns: dict[int, int]
+    peak_bytes: dict[int, int]
+
+
+def schedule(problem: object, assign: Sequence[int], overlap: bool) -> Schedule:
+    """The schedule of `assign` (module docstring): with `overlap`, weight
+    copies on a copy stream per link, prefetched one streamed reader ahead
+    within the budgets; without it, every copy synchronous."""
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    live = problem.liveness
+    n = len(live.order)
+    resident = resident_bytes(problem, assign)
+    usage = step_usage(problem, assign)
+    kernel: dict[int, int] = {}
+    copies: dict[int, int] = dict(problem.fixed_copy_ns)
+    hidden: dict[int, int] = {}
+    # Weight copies (reader step, source, destination, bytes, ns) in reader order.
+    streamed: list[tuple[int, int, int, int, int]] = []
+    sync_ns = [0] * n  # per step: its kernels and synchronous copies
+    for k, x in enumerate(live.order):
+        d = assign[x]
+        ns = problem.unary[x][d]
+        kernel[d] = kernel.get(d, 0) + ns
+        sync_ns[k] += ns
+        for v, nbytes in live.inputs[x]:
+            s = assign[v]
+            if s == d:
+                continue
+            link = problem.links[s][d]
+            assert link is not None
+            t = copy_ns(nbytes, link) if nbytes else 0
+            copies[d] = copies.get(d, 0) + t
+            if overlap and live.weight[v]:
+                streamed.append((k, s, d, nbytes, t))
+            else:
+                sync_ns[k] += t
+    extra: dict[int, list[int]] = {}
+    issue: list[int] = []
+    if overlap:
+        last_issue: dict[tuple[int, int], int] = {}
+        # device -> (the step of its latest streamed reader, of the one before)
+        readers: dict[int, tuple[int, int]] = {}
+        for k, s, d, nbytes, _t in streamed:
+            latest, before = readers.get(d, (-1, 0))
+            if k != latest:
+                readers[d] = latest, before = k, max(latest, 0)
+            earliest = min(k, max(before, last_issue.get((s, d), 0)))
+            budget = problem.budgets.get(d)
+            held = extra.setdefault(d, [0] * n)
+            if budget is None:
+                j = earliest
+            else:
+                room = budget - resident.get(d, 0)
+                steps = usage.get(d, [0] * n)
+                # the earliest issue step from which the copy fits at every step it is held
+                j = k
+                for cand in range(k - 1, earliest - 1, -1):
+                    if steps[cand] + held[cand] + nbytes > room:
+                        break
+                    j = cand
+            for t in range(j, k):
+                held[t] += nbytes
+            issue.append(j)
+            last_issue[(s, d)] = j
+    # Simulate: copies issued at step j enter their link's queue when step j is reached.
+    by_issue: dict[int, list[int]] = {}
+    for i, j in enumerate(issue):
+        by_issue.setdefault(j, []).append(i)
+    done = [0] * len(streamed)
+    link_free: dict[tuple[int, int], int] = {}
+    waits: dict[int, list[int]] = {}
+    for i, (k, _s, _d, _b, _t) in enumerate(streamed):
+        waits.setdefault(k, []).append(i)
+    clock = 0
+    stall: dict[int, int] = {}
+    for k in range(n):
+        for i in by_issue.get(k, ()):
+            _k, s, d, _b, t = streamed[i]
+            start = max(link_free.get((s, d), 0), clock)
+            done[i] = link_free[(s, d)] = start + t
+        ready = clock
+        for i in waits.get(k, ()):
+            ready = max(ready, done[i])
+        if ready > clock:
+            d = assign[live.order[k]]
+            stall[d] = stall.get(d, 0) + ready - clock
+        clock = ready + sync_ns[k]
+    total = clock + problem.fixed_ns
+    for _k, _s, d, _b, t in streamed:
+        hidden[d] = hidden.get(d, 0) + t
+    for d, waited in stall.items():
+        hidden[d] = hidden.get(d, 0) - waited
+    peak = dict(resident)
+    for d in {*usage, *extra}:
+        steps = usage.get(d, [0] * n)
+        ahead = extra.get(d, [0] * n)
+        peak[d] = peak.get(d, 0) + max((a + b for a, b in zip(steps, ahead)), default=0)
+    return Schedule(total, kernel, copies, {d: max(0, h) for d, h in hidden.items()}, peak)

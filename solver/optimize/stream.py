@@ -1,0 +1,83 @@
+"""The streaming plan: a first plan for two devices with a budget on one.
+
+Under the memory rule of `memory` a weight stored on the other device and
+read on the budgeted one is copied in for its reader and freed after it, so
+a model bigger than its GPU can still compute there: every kernel at its
+cheapest device, its weights streamed, as many of them resident as the
+budget leaves room for. `stream_plan` builds that plan greedily:
+
+1. every weight class (a class that holds weights and reads nothing) on the
+   other device when it may, every other class where the minimum cut of
+   that problem (no budget) puts it (`start`, the caller's);
+2. while the peak overfills the budget, the class computing at the step of
+   the peak moves off the budgeted device (a few times at most);
+3. weight classes become resident on the budgeted device in order of the
+   copy time they save per byte (ties: larger first, since a resident weight
+   also leaves the steps that streamed it), each only when the plan still
+   fits.
+
+It proves nothing; `offload_search` starts from it and the search's bound
+says how far it is from the optimum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .memory import step_usage
+from .problem import Problem, Weights, budget_violations, evaluate
+
+# How many classes step 2 may move off the budgeted device.
+MAX_REPAIRS = 64
+
+
+def streamed(problem: Problem, c: int) -> Problem:
+    """`problem` with every weight class that may take `c` held there (step 1's problem)."""
+    live = problem.liveness
+    allowed = [[c] if live.weight[x] and c in ok else ok for x, ok in enumerate(problem.allowed)]
+    return dataclasses.replace(problem, allowed=allowed, budgets={})
+
+
+def stream_plan(problem: Problem, weights: Weights, g: int, c: int, start: Sequence[int]) -> list[int] | None:
+    """The greedy streaming plan for budgeted device `g` and other device `c`
+    from `start`, the optimum of `streamed(problem, c)` (module docstring), or
+    None when step 2 cannot make it fit."""
+    live = problem.liveness
+    n = len(problem.allowed)
+    plan = list(start)
+    for _ in range(MAX_REPAIRS):
+        if not budget_violations(problem, plan):
+            break
+        usage = step_usage(problem, plan).get(g)
+        if not usage:
+            return None
+        k = max(range(len(usage)), key=usage.__getitem__)
+        x = live.order[k]
+        if plan[x] != g or c not in problem.allowed[x]:
+            return None
+        plan[x] = c
+    else:
+        return None
+    if budget_violations(problem, plan):
+        return None
+    base = evaluate(problem, weights, plan)[1]
+    gains: list[tuple[float, int, int]] = []
+    for x in range(n):
+        if plan[x] == c and live.weight[x] and g in problem.allowed[x] and problem.weight_bytes[x]:
+            trial = list(plan)
+            trial[x] = g
+            saved = base - evaluate(problem, weights, trial)[1]
+            if saved > 0:
+                gains.append((saved / problem.weight_bytes[x], problem.weight_bytes[x], x))
+    gains.sort(key=lambda t: (-t[0], -t[1], t[2]))
+    for _ratio, _nbytes, x in gains:
+        plan[x] = g
+        if budget_violations(problem, plan):
+            plan[x] = c
+    return plan
+
+
+def resident_weights(problem: Problem, plan: Sequence[int], g: int) -> int:
+    """Bytes of weights resident on `g` under `plan` (for logs and tests)."""
+    return sum(problem.weight_bytes[x] for x, d in enumerate(plan) if d == g)
