@@ -443,7 +443,7 @@ def read_source(job: PlanJob) -> Source:
         raise PlanFailure.from_relay_error(KIND_MALFORMED, err) from None
 
 
-def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
+def run_plan(job: PlanJob, clock: Clock = time.monotonic, *, source: Source | None = None) -> PlanOutcome:
     """Read, plan and write one module; raises PlanFailure for every expected failure.
 
     One route for both languages: the language decides how the
@@ -457,10 +457,14 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic) -> PlanOutcome:
     and Z3's own timeout) the rest. Nothing here is interrupted from outside
     (no signal), so no handler can swallow the limit; writing is linear and
     not timed. Tests inject `clock` to expire the limit deterministically.
+
+    `source`: the module already read (the Python API's `tvm.IRModule`, which has
+    no text to read); everything after reading is the same code.
     """
     start = clock()
     t0 = time.perf_counter()
-    source = read_source(job)
+    if source is None:
+        source = read_source(job)
     t1 = time.perf_counter()
     left_ms = job.timeout_ms - int((clock() - start) * 1000)
     if left_ms <= 0:

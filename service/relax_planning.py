@@ -199,6 +199,15 @@ def read_source(text: str, fmt: str, name: str, mode: str) -> RelaxSource:
     return RelaxSource(translation, naming(translation))
 
 
+def module_source(mod: Any, mode: str) -> RelaxSource:
+    """A Relax IRModule already in memory (the Python API's input) read for
+    planning: translated as it is, without a text round trip, so the functions
+    the plan leaves alone keep their objects. It has no source text, so its
+    nodes are named by function and binding, without line:column."""
+    translation = translate(mod, None, mode)
+    return RelaxSource(translation, naming(translation))
+
+
 def _relax_op_selector(constraint: Any) -> bool:
     select = constraint.get("select") if isinstance(constraint, Mapping) else None
     return isinstance(select, Mapping) and relax_op_name(select.get("op")) is not None

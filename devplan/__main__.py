@@ -1,0 +1,6 @@
+"""`python -m devplan`: the `devplan` command."""
+
+from service.cli import console_main
+
+if __name__ == "__main__":
+    console_main()
