@@ -6,6 +6,9 @@ hit): 0 planned; 1 usage or I/O error (bad flag or
 flag JSON, unreadable input, invalid device spec, a constraint selector that
 matches nothing); 2 the module does not parse or verify; 3 planning conflict
 (explanation on stderr, one line per constraint); 4 solver time-out.
+`devplan compile` exits as `devplan plan` does, and also 4 when compiling
+runs out of time, 7 when the module cannot be lowered or compiled, 8 when the
+run check fails or cannot run (COMPILE_EPILOG).
 Never a traceback: every failure is one clear message on stderr.
 """
 
@@ -168,6 +171,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write a picture of the placement (needs Graphviz dot; - for stdout)",
     )
 
+    c = sub.add_parser(
+        "compile",
+        help="plan a module and compile it with TVM into a library, as POST /compile does",
+        description="Plan INPUT (the flags of `devplan plan`), lower it and compile it with TVM 0.27 for "
+        "each device's target through the same compile process, guards and run-check sandbox as the "
+        "service's POST /compile, and write the library to OUT.so (load it with tvm.runtime.load_module "
+        "and run it with relax.VirtualMachine on the planned devices).",
+        epilog=COMPILE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument(
+        "input",
+        metavar="INPUT",
+        help="path of a Relay module (text or TVM JSON) or a Relax IRModule (TVMScript or TVM JSON), or - for stdin",
+    )
+    c.add_argument("-o", "--output", metavar="OUT.so", required=True, help="where to write the compiled library")
+    _add_request_flags(c.add_argument)
+    c.add_argument(
+        "--language",
+        choices=("relay", "relax"),
+        default=None,
+        help="the module's language (default: detected from the content)",
+    )
+    c.add_argument(
+        "--target",
+        metavar="NAME=TARGET",
+        action="append",
+        default=[],
+        help="target of a device type for devices without one, e.g. cpu=llvm, 'cuda=cuda -arch=sm_90', or "
+        'cuda=\'{"kind": "cuda", "arch": "sm_90"}\' (repeatable)',
+    )
+    c.add_argument("--cuda-arch", metavar="sm_NN", help="CUDA arch for cuda targets that name none")
+    c.add_argument(
+        "--run-check",
+        action="store_true",
+        help="run the library on random inputs in the sandbox and compare with a single-CPU build of the "
+        "module without devices (where every device of the plan exists here)",
+    )
+    c.add_argument(
+        "--report", metavar="FILE", help="also write /compile's report (JSON; - for stdout)"
+    )
+    c.set_defaults(explain=False, why=[], picture=None, output_format=None)
+
     d = sub.add_parser(
         "diff",
         help="compare two plans (modules planned with the same flags, or reports); exit 6 when a --fail-on rule is hit",
@@ -280,6 +326,27 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     w.add_argument("--name", help="worker name (default: a random id); GET /jobs/{id} shows it")
     return parser
+
+
+COMPILE_EPILOG = """\
+exit codes:
+  0  compiled (and checked, with --run-check); the library is at OUT.so
+  1  usage or I/O error (a bad flag, an unreadable input, TVM not installed)
+  2  the module does not parse or verify
+  3  planning conflict
+  4  planning or compiling ran out of time (DEVPLAN_COMPILE_TIMEOUT_S bounds the compile)
+  7  the planned module cannot be lowered or compiled (unsupported construct, invalid target,
+     a kernel TVM cannot build)
+  8  the run check failed (a sandbox limit or rule, a crash) or cannot run on this module
+  130  interrupted (Ctrl-C): the compile and its sandboxed check are stopped
+On any failure the reason, located in INPUT where it has a place, goes to stderr and no
+library (no temporary file either) is left behind.
+
+The compile's limits and the run check's sandbox are the service's settings:
+DEVPLAN_COMPILE_TIMEOUT_S, DEVPLAN_COMPILE_MEMORY_BYTES, DEVPLAN_COMPILE_SANDBOX,
+DEVPLAN_RUN_CHECK_CPU_S, DEVPLAN_RUN_CHECK_WALL_S, DEVPLAN_RUN_CHECK_MEMORY_BYTES
+(docs/security.md).
+"""
 
 
 # --------------------------------------------------------------------------
@@ -574,6 +641,98 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
     return EXIT_OK
 
 
+def _compile_targets(items: Sequence[str]) -> dict[str, Any] | None:
+    """--target NAME=TARGET items as /compile's `targets`, checked by its field's rules."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.models import CompileRequest
+
+    if not items:
+        return None
+    targets: dict[str, Any] = {}
+    for item in items:
+        name, sep, target = item.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise UsageError(f"--target: expected NAME=TARGET, got {item!r}")
+        value: Any = target.strip()
+        if value.startswith("{"):
+            value = _load_json(value, "--target")
+        targets[name.strip()] = value
+    info = CompileRequest.model_fields["targets"]
+    try:
+        checked: dict[str, Any] = TypeAdapter(info.annotation).validate_python(targets, strict=True)
+    except ValidationError as err:
+        raise UsageError(f"--target: {_first_error(err)}") from None
+    return checked
+
+
+def _cuda_arch(text: str | None) -> str | None:
+    """--cuda-arch, checked by /compile's rule for `cuda_arch`."""
+    from pydantic import ValidationError
+
+    from service.models import CompileRequest
+
+    if text is None:
+        return None
+    try:
+        CompileRequest.__pydantic_validator__.validate_assignment(
+            CompileRequest.model_construct(), "cuda_arch", text
+        )
+    except ValidationError as err:
+        raise UsageError(f"--cuda-arch: {_first_error(err)}") from None
+    return text
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Plan and compile one module into a library (COMPILE_EPILOG)."""
+    import importlib.util
+    from pathlib import Path
+
+    from service.config import Settings
+    from service.models import CompileReport
+    from service.planning import PlanFailure
+
+    output = Path(args.output)
+    if args.output == "-" or output.is_dir():
+        raise UsageError(f"-o: {args.output} is not a file path (the library is binary)")
+    if not output.parent.is_dir():
+        raise UsageError(f"-o: no directory {output.parent}")
+    if args.report is not None and args.report != "-" and Path(args.report).resolve() == output.resolve():
+        raise UsageError("--report and -o name the same file")
+    targets = _compile_targets(args.target)
+    cuda_arch = _cuda_arch(args.cuda_arch)
+    if importlib.util.find_spec("tvm") is None:
+        raise UsageError("devplan compile needs TVM: pip install 'devplan[tvm]'")
+    try:
+        settings = Settings()
+    except Exception as err:  # noqa: BLE001 - pydantic ValidationError: a bad DEVPLAN_* value
+        raise UsageError(f"invalid settings: {err}") from None
+    job = _make_job(args)
+    from service.local_compile import compile_to_file
+
+    try:
+        answer = compile_to_file(
+            job, output, settings, targets=targets, cuda_arch=cuda_arch, run_check=args.run_check
+        )
+    except PlanFailure as failure:
+        sys.stderr.write(flag_words(failure.report).rstrip("\n") + "\n")
+        return kind_of(failure.kind).exit_code
+    report = CompileReport.model_validate(answer["report"]).model_dump(mode="json", exclude_none=True)
+    if args.report is not None:
+        _write_output(json.dumps(report, indent=1), args.report)
+    check = report.get("check") or {}
+    checked = ""
+    if "max_abs_error" in check:
+        checked = f"; run check: max abs error {check['max_abs_error']:.3g}"
+    elif check.get("skipped"):
+        checked = f"; run check skipped: {check['skipped']}"
+    sys.stderr.write(
+        f"devplan: wrote {output} ({answer['size_bytes']} bytes, devices {', '.join(report['devices']) or 'none'}, "
+        f"{report['device_copies']} copies){checked}\n"
+    )
+    return EXIT_OK
+
+
 def _check_stdout(outputs: dict[str, bool]) -> None:
     """At most one output may go to stdout (`-`, or the planned module's default)."""
     on_stdout = [name for name, yes in outputs.items() if yes]
@@ -793,6 +952,8 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
             return cmd_plan(args, clock)
         if args.command == "diff":
             return cmd_diff(args, clock)
+        if args.command == "compile":
+            return cmd_compile(args)
         if args.command == "profile":
             return cmd_profile(args)
         if args.command == "worker":

@@ -20,6 +20,9 @@ EXIT_USAGE = 1
 EXIT_MALFORMED = 2
 EXIT_CONFLICT = 3
 EXIT_TIMEOUT = 4
+# `devplan compile`: the module could not be lowered or compiled; the run check failed or cannot run.
+EXIT_COMPILE_FAILED = 7
+EXIT_RUN_CHECK_FAILED = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +70,24 @@ NOT_READY = ErrorKind("not-ready", 503, "The service is not ready")
 NOT_FOUND = ErrorKind("not-found", 404, "Not found")
 METHOD_NOT_ALLOWED = ErrorKind("method-not-allowed", 405, "Method not allowed")
 # POST /compile (its worker reports the first three as PlanFailure kinds).
-UNSUPPORTED_MODULE = ErrorKind("unsupported-construct", 422, "The module uses what TVM Relax cannot express")
-INVALID_TARGET = ErrorKind("invalid-target", 422, "A target is not valid for TVM 0.27")
-COMPILE_FAILED = ErrorKind("compile-failed", 422, "TVM could not compile the module for its targets")
+UNSUPPORTED_MODULE = ErrorKind(
+    "unsupported-construct", 422, "The module uses what TVM Relax cannot express", EXIT_COMPILE_FAILED
+)
+INVALID_TARGET = ErrorKind("invalid-target", 422, "A target is not valid for TVM 0.27", EXIT_COMPILE_FAILED)
+COMPILE_FAILED = ErrorKind(
+    "compile-failed", 422, "TVM could not compile the module for its targets", EXIT_COMPILE_FAILED
+)
 INVALID_CHECK = ErrorKind(
-    "invalid-check", 422, "The run check cannot run on this module (turn run_check off)"
+    "invalid-check", 422, "The run check cannot run on this module (turn run_check off)", EXIT_RUN_CHECK_FAILED
 )
 # The run check's sandboxed child broke a limit or a rule (seccomp, CPU, memory), or its run
 # failed; the detail names which. Its wall-clock limit is a compile-timeout.
 RUN_CHECK_FAILED = ErrorKind(
-    "run-check-failed", 422, "The run check broke a sandbox limit or rule, or its run failed"
+    "run-check-failed", 422, "The run check broke a sandbox limit or rule, or its run failed", EXIT_RUN_CHECK_FAILED
 )
 TVM_UNAVAILABLE = ErrorKind("tvm-unavailable", 503, "TVM is not installed on this server")
 COMPILE_BUSY = ErrorKind("compile-busy", 503, "No compile slot became free in time")
-COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit")
+COMPILE_TIMEOUT = ErrorKind("compile-timeout", 504, "Compiling exceeded its time limit", EXIT_TIMEOUT)
 # Build farm: the queue (Redis) or the artifact store cannot be reached, a job's
 # worker died more often than DEVPLAN_COMPILE_RETRIES allows, a job was cancelled.
 QUEUE_UNAVAILABLE = ErrorKind("queue-unavailable", 503, "The compile queue (Redis) cannot be reached")

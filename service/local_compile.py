@@ -1,0 +1,84 @@
+"""`devplan compile`: the compile of `POST /compile`, without a server.
+
+The job is built as the route builds it (the plan job, targets, CUDA arch, run
+check, the sandbox of the settings, the deadline `compile_timeout_s`) and runs
+in the same compile process (`service.compile_workers.CompileRun` around
+`worker_main`: the same guards, rlimits and run-check sandbox). The library is
+written beside the output under a temporary name and moved into place only
+when the compile succeeded; whatever else happens (a failure, the time limit,
+Ctrl-C) the process is killed (its sandbox child dies with it) and nothing is
+left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing.connection
+import os
+import signal
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from service import sandbox
+from service.compile_workers import CompileJob, CompileRun, worker_main
+from service.config import Settings
+from service.errors import COMPILE_TIMEOUT
+from service.planning import PlanFailure, PlanJob
+
+
+def _worker(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:
+    """The compile process's work, Ctrl-C left to the parent: the terminal sends SIGINT
+    to the whole process group, and the parent, not the child, decides what it stops."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_main(job, conn)
+
+
+def temporary_beside(output: Path) -> Path:
+    """Where the compile process writes the library: beside `output` (one file system,
+    so the move into place is a rename), hidden, unique."""
+    return output.parent / f".{output.name}.{uuid.uuid4().hex[:12]}.tmp.so"
+
+
+def compile_to_file(
+    plan: PlanJob,
+    output: Path,
+    settings: Settings,
+    *,
+    targets: Mapping[str, Any] | None = None,
+    cuda_arch: str | None = None,
+    run_check: bool = False,
+) -> dict[str, Any]:
+    """Plan, lower and compile `plan.module` as POST /compile does and write the
+    library to `output`; returns /compile's answer (`sha256`, `size_bytes`,
+    `report`). Raises PlanFailure (the kinds /compile answers); KeyboardInterrupt
+    passes through after the compile process is stopped."""
+    library = temporary_beside(output)
+    job = CompileJob(
+        plan=plan,
+        targets=dict(targets) if targets is not None else None,
+        cuda_arch=cuda_arch,
+        run_check=run_check,
+        library=str(library),
+        sandbox=sandbox.config_from(settings),
+        deadline=time.time() + settings.compile_timeout_s,
+    )
+    run = CompileRun(job, target=_worker)
+    loop = asyncio.new_event_loop()
+    try:
+        result = loop.run_until_complete(run.wait(settings.compile_timeout_s))
+        if result is not None and "ok" in result:
+            os.replace(library, output)
+    finally:
+        run.stop()  # kills the process if it still runs, removes the temporary library
+        loop.close()
+    if result is None:
+        message = f"compiling did not finish within {settings.compile_timeout_s:g} s (DEVPLAN_COMPILE_TIMEOUT_S)"
+        raise PlanFailure.plain(COMPILE_TIMEOUT.slug, message)
+    if "error" in result:
+        raise PlanFailure.from_dict(result["error"])
+    answer: dict[str, Any] = result["ok"]
+    return answer
+
