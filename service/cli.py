@@ -658,9 +658,9 @@ def _compile_targets(items: Sequence[str]) -> dict[str, Any] | None:
         if value.startswith("{"):
             value = _load_json(value, "--target")
         targets[name.strip()] = value
-    info = CompileRequest.model_fields["targets"]
+    annotation: Any = CompileRequest.model_fields["targets"].annotation
     try:
-        checked: dict[str, Any] = TypeAdapter(info.annotation).validate_python(targets, strict=True)
+        checked: dict[str, Any] = TypeAdapter(annotation).validate_python(targets, strict=True)
     except ValidationError as err:
         raise UsageError(f"--target: {_first_error(err)}") from None
     return checked
@@ -675,9 +675,7 @@ def _cuda_arch(text: str | None) -> str | None:
     if text is None:
         return None
     try:
-        CompileRequest.__pydantic_validator__.validate_assignment(
-            CompileRequest.model_construct(), "cuda_arch", text
-        )
+        CompileRequest.model_validate({"module": "", "cuda_arch": text})
     except ValidationError as err:
         raise UsageError(f"--cuda-arch: {_first_error(err)}") from None
     return text

@@ -56,9 +56,10 @@ def compile_to_file(
     `report`). Raises PlanFailure (the kinds /compile answers); KeyboardInterrupt
     passes through after the compile process is stopped."""
     library = temporary_beside(output)
+    by_device: dict[str | int, Any] | None = None if targets is None else {k: v for k, v in targets.items()}
     job = CompileJob(
         plan=plan,
-        targets=dict(targets) if targets is not None else None,
+        targets=by_device,
         cuda_arch=cuda_arch,
         run_check=run_check,
         library=str(library),
