@@ -1,0 +1,225 @@
+"""`devplan compile`: /compile's compile path from the command line.
+
+The default stage compiles the small module with its own kernel (seconds);
+tv_mobilenet_v3_small and Ctrl-C run in the slow stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests._service import ROOT, run_devplan, thread_client
+from tests.python_api.common import CONFLICT, RELAX, WITH_KERNEL, corpus_file, script, without_request
+from tests.security.attacks import ATTACKS
+
+pytestmark = pytest.mark.tvm
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+
+
+def _compile(*argv: str) -> subprocess.CompletedProcess[str]:
+    return run_devplan("compile", *argv, timeout=1800)
+
+
+def _leftovers(directory: Path, keep: set[str]) -> list[str]:
+    """Files in `directory` other than `keep` (a failed compile leaves none, hidden ones included)."""
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+def _run_library(path: Path, inputs: list[np.ndarray]) -> np.ndarray:
+    """Load a compiled library and run its main on the cpu."""
+    lib = tvm.runtime.load_module(str(path))
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return np.asarray(out.numpy())
+
+
+def _unplanned(mod: Any, inputs: list[np.ndarray]) -> np.ndarray:
+    """The module as TVM builds it without any plan, run on the cpu."""
+    built = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(built, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return np.asarray(out.numpy())
+
+
+def _random(mod: Any, rng: np.random.Generator) -> list[np.ndarray]:
+    inputs = []
+    for param in mod["main"].params:
+        shape = [int(d) for d in param.ty.shape]
+        inputs.append(rng.standard_normal(shape).astype(str(param.ty.dtype)))
+    return inputs
+
+
+def test_a_module_with_its_own_kernel_compiles_runs_and_matches(tmp_path: Path) -> None:
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    out = tmp_path / "kernel.so"
+    report = tmp_path / "report.json"
+    done = _compile(str(source), "-o", str(out), "--default-device", "cpu", "--run-check", "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert _leftovers(tmp_path, {"kernel.py", "kernel.so", "report.json"}) == []
+    written = json.loads(report.read_text())
+    assert written["planned"] is True and written["devices"] == ["llvm:0"]
+    assert written["check"]["max_abs_error"] == 0.0
+    mod = script(WITH_KERNEL)
+    inputs = _random(mod, np.random.default_rng(0))
+    np.testing.assert_allclose(_run_library(out, inputs), _unplanned(mod, inputs), rtol=1e-6)
+    # /compile's report for the same request: the same plan, devices, kernels and check.
+    with thread_client() as client:
+        response = client.post(
+            "/compile", json={"module": WITH_KERNEL, "default_device": "cpu", "run_check": True}
+        )
+    assert response.status_code == 200, response.text
+    served = response.json()["report"]
+    timings = ("plan_ms", "lower_ms", "compile_ms")
+    volatile = ("cpu_s", "peak_bytes", "peak_data_bytes", "wall_s")
+    assert {k: v for k, v in served.items() if k not in (*timings, "check")} == {
+        k: v for k, v in written.items() if k not in (*timings, "check")
+    }
+    assert {k: v for k, v in served["check"].items() if k not in volatile} == {
+        k: v for k, v in written["check"].items() if k not in volatile
+    }
+    assert set(served) == set(written) and set(served["check"]) == set(written["check"])
+
+
+def test_a_conflict_exits_3_located_and_writes_nothing(tmp_path: Path) -> None:
+    source = tmp_path / "hints.py"
+    source.write_text(CONFLICT)
+    done = _compile(str(source), "-o", str(tmp_path / "out.so"))
+    assert done.returncode == 3, done.stderr
+    assert f"{source}:8:17" in done.stderr and "R.hint_on_device" in done.stderr
+    assert _leftovers(tmp_path, {"hints.py"}) == []
+
+
+def test_a_module_that_does_not_parse_exits_2(tmp_path: Path) -> None:
+    source = tmp_path / "bad.py"
+    source.write_text("@I.ir_module\nclass Module:\n    x = (\n")
+    done = _compile(str(source), "-o", str(tmp_path / "out.so"))
+    assert done.returncode == 2 and f"{source}:3:" in done.stderr, done.stderr
+    assert _leftovers(tmp_path, {"bad.py"}) == []
+
+
+def test_tvmscript_that_runs_python_is_refused_as_compile_refuses_it(tmp_path: Path) -> None:
+    attack = next(a for a in ATTACKS if a.name == "issue-annotation")
+    marker = tmp_path / "pwned"
+    source = tmp_path / "attack.py"
+    text = attack.module(marker)
+    source.write_text(text)
+    done = _compile(str(source), "-o", str(tmp_path / "out.so"), "--default-device", "cpu")
+    line, column = attack.location(marker)
+    assert done.returncode == 2, done.stderr
+    assert f"{source}:{line}:{column}" in done.stderr and attack.says in done.stderr, done.stderr
+    with thread_client() as client:
+        response = client.post("/compile", json={"module": text, "default_device": "cpu"})
+    problem = without_request(response.json())
+    assert response.status_code == 400 and problem["type"].endswith("/malformed-module")
+    assert problem["locations"][0]["line"] == line and problem["locations"][0]["column"] == column
+    assert problem["detail"] in done.stderr
+    assert not marker.exists()
+    assert _leftovers(tmp_path, {"attack.py"}) == []
+
+
+def test_a_kernel_tvm_cannot_build_exits_7(tmp_path: Path) -> None:
+    """A plain-loop kernel (no `T.sblock`) on the cpu: TVM 0.27's build refuses it."""
+    text = WITH_KERNEL.replace("@T.prim_func(s_tir=True)", "@T.prim_func").replace(
+        '            with T.sblock("b"):\n                vi = T.axis.spatial(8, i)\n'
+        "                T.reads(a[vi])\n                T.writes(b[vi])\n                b[vi] = a[vi] * T.float32(2)\n",
+        "            b[i] = a[i] * T.float32(2)\n",
+    )
+    source = tmp_path / "plain.py"
+    source.write_text(text)
+    done = _compile(str(source), "-o", str(tmp_path / "out.so"), "--default-device", "cpu")
+    assert done.returncode == 7, done.stderr
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+    assert _leftovers(tmp_path, {"plain.py"}) == []
+
+
+def test_usage_errors_exit_1(tmp_path: Path) -> None:
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    for extra in (["--target", "cpu"], ["--cuda-arch", "75"], ["--target", "cpu={nope"]):
+        done = _compile(str(source), "-o", str(tmp_path / "out.so"), *extra)
+        assert done.returncode == 1 and "devplan: error:" in done.stderr, (extra, done.stderr)
+    done = _compile(str(source))
+    assert done.returncode == 1 and "-o" in done.stderr
+    assert _leftovers(tmp_path, {"kernel.py"}) == []
+
+
+def test_help_documents_the_exit_codes() -> None:
+    done = run_devplan("compile", "--help")
+    assert done.returncode == 0
+    for code in ("2", "3", "4", "7", "8", "130"):
+        assert f"\n  {code}  " in done.stdout, code
+    assert "--run-check" in done.stdout and "--target NAME=TARGET" in done.stdout and "--mode" in done.stdout
+
+
+@pytest.mark.slow
+def test_an_all_cpu_mobilenet_compiles_runs_and_matches(tmp_path: Path) -> None:
+    path = corpus_file(RELAX / "tv_mobilenet_v3_small.json")
+    out = tmp_path / "mobilenet.so"
+    done = _compile(str(path), "-o", str(out), "--default-device", "cpu", "--report", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["devices"] == ["llvm:0"]
+    mod = tvm.ir.load_json(path.read_text())
+    inputs = _random(mod, np.random.default_rng(1))
+    np.testing.assert_allclose(_run_library(out, inputs), _unplanned(mod, inputs), rtol=1e-4, atol=1e-4)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(p) for p in path.read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_compile_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT once the compile process runs: exit 130, the process gone, no library, no temporary."""
+    path = corpus_file(RELAX / "tv_mobilenet_v3_small.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devplan", "compile", str(path), "-o", str(tmp_path / "m.so"), "--default-device", "cpu"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children: list[int] = []
+    try:
+        while not children and proc.poll() is None:  # the event: the compile process has started
+            children = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
+            time.sleep(0.05)  # polling interval, not a limit
+        assert proc.poll() is None, proc.communicate()
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or _zombie(child), child
+    assert _leftovers(tmp_path, set()) == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
