@@ -13,12 +13,14 @@ left behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,24 @@ def _worker(job: CompileJob, conn: multiprocessing.connection.Connection) -> Non
     to the whole process group, and the parent, not the child, decides what it stops."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker_main(job, conn)
+
+
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Ctrl-C inside the block takes effect at its end: the compile process then has its
+    whole job (an interrupted start leaves it reading half a pickle) and the caller holds
+    the run it must stop. (Only the main thread receives Python's signals.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def temporary_beside(output: Path) -> Path:
@@ -66,14 +86,18 @@ def compile_to_file(
         sandbox=sandbox.config_from(settings),
         deadline=time.time() + settings.compile_timeout_s,
     )
-    run = CompileRun(job, target=_worker)
+    run: CompileRun | None = None
     loop = asyncio.new_event_loop()
     try:
+        with _ctrl_c_after():
+            run = CompileRun(job, target=_worker)
         result = loop.run_until_complete(run.wait(settings.compile_timeout_s))
         if result is not None and "ok" in result:
             os.replace(library, output)
     finally:
-        run.stop()  # kills the process if it still runs, removes the temporary library
+        if run is not None:
+            run.stop()  # kills the process if it still runs, removes the temporary library
+        library.unlink(missing_ok=True)
         loop.close()
     if result is None:
         message = f"compiling did not finish within {settings.compile_timeout_s:g} s (DEVPLAN_COMPILE_TIMEOUT_S)"

@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.cli import main as cli_main
 from tests._service import ROOT, run_devplan, thread_client
 from tests.python_api.common import CONFLICT, RELAX, WITH_KERNEL, corpus_file, script, without_request
 from tests.security.attacks import ATTACKS
 
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
-from tvm import relax  # noqa: E402
+from tvm import relax
 
 
 def _compile(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -35,20 +36,25 @@ def _leftovers(directory: Path, keep: set[str]) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name not in keep)
 
 
+def _first(out: Any) -> np.ndarray:
+    """A result as an array (the first field of a tuple result)."""
+    while not hasattr(out, "numpy"):
+        out = out[0]
+    return np.asarray(out.numpy())
+
+
 def _run_library(path: Path, inputs: list[np.ndarray]) -> np.ndarray:
     """Load a compiled library and run its main on the cpu."""
     lib = tvm.runtime.load_module(str(path))
     vm = relax.VirtualMachine(lib, tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    return np.asarray(out.numpy())
+    return _first(vm["main"](*[tvm.runtime.tensor(a) for a in inputs]))
 
 
 def _unplanned(mod: Any, inputs: list[np.ndarray]) -> np.ndarray:
     """The module as TVM builds it without any plan, run on the cpu."""
     built = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(built, tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    return np.asarray(out.numpy())
+    return _first(vm["main"](*[tvm.runtime.tensor(a) for a in inputs]))
 
 
 def _random(mod: Any, rng: np.random.Generator) -> list[np.ndarray]:
@@ -73,7 +79,19 @@ def test_a_module_with_its_own_kernel_compiles_runs_and_matches(tmp_path: Path) 
     mod = script(WITH_KERNEL)
     inputs = _random(mod, np.random.default_rng(0))
     np.testing.assert_allclose(_run_library(out, inputs), _unplanned(mod, inputs), rtol=1e-6)
-    # /compile's report for the same request: the same plan, devices, kernels and check.
+
+
+@pytest.mark.slow
+def test_the_report_is_compiles_report(tmp_path: Path) -> None:
+    """--report equals /compile's report for the same request (but its timings and measurements)."""
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    report = tmp_path / "report.json"
+    done = _compile(
+        str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check", "--report", str(report)
+    )
+    assert done.returncode == 0, done.stderr
+    written = json.loads(report.read_text())
     with thread_client() as client:
         response = client.post(
             "/compile", json={"module": WITH_KERNEL, "default_device": "cpu", "run_check": True}
@@ -100,6 +118,7 @@ def test_a_conflict_exits_3_located_and_writes_nothing(tmp_path: Path) -> None:
     assert _leftovers(tmp_path, {"hints.py"}) == []
 
 
+@pytest.mark.slow
 def test_a_module_that_does_not_parse_exits_2(tmp_path: Path) -> None:
     source = tmp_path / "bad.py"
     source.write_text("@I.ir_module\nclass Module:\n    x = (\n")
@@ -128,6 +147,7 @@ def test_tvmscript_that_runs_python_is_refused_as_compile_refuses_it(tmp_path: P
     assert _leftovers(tmp_path, {"attack.py"}) == []
 
 
+@pytest.mark.slow
 def test_a_kernel_tvm_cannot_build_exits_7(tmp_path: Path) -> None:
     """A plain-loop kernel (no `T.sblock`) on the cpu: TVM 0.27's build refuses it."""
     text = WITH_KERNEL.replace("@T.prim_func(s_tir=True)", "@T.prim_func").replace(
@@ -143,14 +163,15 @@ def test_a_kernel_tvm_cannot_build_exits_7(tmp_path: Path) -> None:
     assert _leftovers(tmp_path, {"plain.py"}) == []
 
 
-def test_usage_errors_exit_1(tmp_path: Path) -> None:
+def test_usage_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "kernel.py"
     source.write_text(WITH_KERNEL)
-    for extra in (["--target", "cpu"], ["--cuda-arch", "75"], ["--target", "cpu={nope"]):
-        done = _compile(str(source), "-o", str(tmp_path / "out.so"), *extra)
-        assert done.returncode == 1 and "devplan: error:" in done.stderr, (extra, done.stderr)
-    done = _compile(str(source))
-    assert done.returncode == 1 and "-o" in done.stderr
+    for extra in (["--target", "cpu"], ["--cuda-arch", "75"], ["--target", "cpu={nope"], ["--memory-budget", "x"]):
+        code = cli_main(["compile", str(source), "-o", str(tmp_path / "out.so"), *extra])
+        err = capsys.readouterr().err
+        assert code == 1 and "devplan: error:" in err, (extra, err)
+    assert cli_main(["compile", str(source)]) == 1 and "-o" in capsys.readouterr().err
+    assert cli_main(["compile", str(source), "-o", str(tmp_path / "no" / "out.so")]) == 1
     assert _leftovers(tmp_path, {"kernel.py"}) == []
 
 

@@ -32,9 +32,9 @@ from tests.python_api.common import (
 
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
-from tvm import relax  # noqa: E402
+from tvm import relax
 
-import devplan  # noqa: E402
+import devplan
 
 MOBILENET = RELAX / "tv_mobilenet_v3_small.json"
 # A cuda budget under which the search proves its plan optimal (`cost.optimal`, asserted).
@@ -67,7 +67,7 @@ def _service_answer(mod: Any, **options: Any) -> dict[str, Any]:
 def test_the_keywords_are_the_request_fields() -> None:
     """Every field of the /plan request but the module is a keyword of plan, with its default."""
     params = inspect.signature(devplan.plan).parameters
-    assert list(params)[0] == "module"
+    assert next(iter(params)) == "module"
     fields = {n: f for n, f in PlanRequest.model_fields.items() if n != "module"}
     assert set(params) - {"module"} == set(fields)
     for name, field in fields.items():
