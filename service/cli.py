@@ -97,6 +97,18 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
     add("--op-support", metavar="FILE", help='optimize: JSON {"cuda": {"unsupported": ["nn.lrn", ...]}, ...}')
     add("--cost-table", metavar="FILE", help="optimize: measured kernel times from `devplan profile`")
     add(
+        "--links",
+        metavar="FILE",
+        help='optimize: JSON {"cpu->cuda": {"gbps": 12, "latency_us": 10}, ...}: copy costs per device pair',
+    )
+    add(
+        "--assume-dim",
+        metavar="N",
+        type=int,
+        default=1,
+        help="optimize: what a symbolic dimension counts as (default 1)",
+    )
+    add(
         "--memory-budget",
         metavar="NAME=BYTES",
         action="append",
@@ -514,6 +526,20 @@ FIELD_FLAGS = {
     "cost_table": "--cost-table",
     "z3_check": "--z3-check",
     "check_types": "--no-check-types",
+    "mode": "--mode",
+    "links": "--links",
+    "assume_dim": "--assume-dim",
+    "accelerate_device_map": "--accelerate-device-map",
+    "accelerate_device_map_as": "--accelerate-device-map-as",
+}
+# The request fields the commands take in other ways than a planning flag: `compile` and
+# `plan` both read INPUT; `plan` alone has the output flags (its -o, --report, --why, ...).
+FIELD_INPUT = {"module": "INPUT", "format": "detected from INPUT", "language": "--language"}
+FIELD_OUTPUT = {
+    "explain": "--explain",
+    "output_format": "--output-format",
+    "why": "--why",
+    "include": "--report",
 }
 
 
@@ -553,6 +579,7 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
         "device_profiles": ("--device-profiles", args.device_profiles),
         "op_support": ("--op-support", args.op_support),
         "cost_table": ("--cost-table", args.cost_table),
+        "links": ("--links", args.links),
     }
     for field, (flag, path) in files.items():
         if path is not None:
@@ -572,7 +599,7 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(profile, dict):
             raise UsageError(f"--device-profiles: the profile of {name.strip()} must be an object")
         profile["memory_bytes"] = nbytes
-    options: dict[str, Any] = {"mode": args.mode}
+    options: dict[str, Any] = {"mode": args.mode, "assume_dim": _assume_dim(args.assume_dim)}
     for field, value in raw.items():
         try:
             options[field] = plain_option(field, value)
@@ -581,6 +608,19 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
             where = ".".join([field, *(str(p) for p in first.get("loc", ()))])
             raise UsageError(f"{files[field][0]}: {where}: {first['msg']}") from None
     return options
+
+
+def _assume_dim(value: int) -> int:
+    """--assume-dim, checked by the request's rule for `assume_dim`."""
+    from pydantic import ValidationError
+
+    from service.models import PlanRequest
+
+    try:
+        PlanRequest.model_validate({"module": "", "assume_dim": value})
+    except ValidationError as err:
+        raise UsageError(f"--assume-dim: {_first_error(err)}") from None
+    return value
 
 
 def _write_output(text: str, path: str | None) -> None:

@@ -175,6 +175,30 @@ def test_usage_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert _leftovers(tmp_path, {"kernel.py"}) == []
 
 
+def _flags(command: str) -> set[str]:
+    from service.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    parser = sub.choices[command]  # type: ignore[attr-defined]
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def test_every_request_field_is_a_flag_of_plan_and_compile() -> None:
+    """The planning flags follow the request model: a field added to /plan needs its flag (or a
+    stated other way in), and `compile` has every planning flag of `plan`."""
+    from service.cli import FIELD_FLAGS, FIELD_INPUT, FIELD_OUTPUT
+    from service.models import PlanRequest
+
+    fields = set(PlanRequest.model_fields)
+    assert fields == set(FIELD_FLAGS) | set(FIELD_INPUT) | set(FIELD_OUTPUT)
+    assert not set(FIELD_FLAGS) & (set(FIELD_INPUT) | set(FIELD_OUTPUT))
+    plan, compile_ = _flags("plan"), _flags("compile")
+    for field, flag in FIELD_FLAGS.items():
+        assert flag in plan and flag in compile_, field
+    assert {f for f in FIELD_OUTPUT.values()} <= plan
+    assert plan - {*FIELD_OUTPUT.values(), "--why-format", "--picture", "-o", "--output", "--output-format"} <= compile_
+
+
 def test_help_documents_the_exit_codes() -> None:
     done = run_devplan("compile", "--help")
     assert done.returncode == 0

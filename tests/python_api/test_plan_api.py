@@ -282,3 +282,22 @@ def test_a_plan_past_its_limit_is_a_timeout_error() -> None:
         devplan.plan(text, timeout_ms=1)
     assert isinstance(raised.value, TimeoutError)
     assert raised.value.problem["type"].endswith("/solver-timeout") and raised.value.problem["status"] == 504
+
+
+def test_links_and_assume_dim_reach_the_plan_as_on_the_command_line(tmp_path: Path) -> None:
+    links = {"cpu->cuda": {"gbps": 0.001, "latency_us": 5000}}
+    pins = [{"select": {"op": "R.add"}, "device": "cpu"}, {"select": {"op": "R.exp"}, "device": "cuda"}]
+    options = {"mode": "optimize", "links": links, "assume_dim": 2, "constraints": pins}
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    (tmp_path / "links.json").write_text(json.dumps(links))
+    report = tmp_path / "report.json"
+    argv = ["plan", str(source), "--mode", "optimize", "--links", str(tmp_path / "links.json"), "--assume-dim", "2"]
+    extra = ["--constraint", json.dumps(pins[0]), "--constraint", json.dumps(pins[1]), "-o", str(tmp_path / "out.py")]
+    code = cli_main([*argv, *extra, "--report", str(report)])
+    assert code == 0
+    in_python = devplan.plan(WITH_KERNEL, **options)
+    assert in_python.cost.predicted_ms == json.loads(report.read_text())["prediction"]["predicted_ms"]
+    plain = devplan.plan(WITH_KERNEL, mode="optimize", constraints=pins)
+    assert in_python.copies and in_python.cost.predicted_ms > plain.cost.predicted_ms + 5  # the link's 5 ms
+    assert cli_main([*argv[:2], "--assume-dim", "0"]) == 1
