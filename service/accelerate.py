@@ -474,14 +474,15 @@ class Handing:
 
     handed: HandedMap
     placement: MapPlacement
-    config: Any  # solver.PlanConfig
+    config: Any  # solver.PlanConfig: what the request plans
     taken_as: str
     budgets: Mapping[str, int]
+    as_is: Any = None  # solver.PlanConfig pricing the map as-is (`config` itself when taken as-is)
 
     def answer(self, cost: Mapping[str, Any] | None, disk_gbps: float) -> dict[str, Any]:
-        """The answer's `accelerate_input`: the map's price (as-is: the plan's
-        cost plus the disk reads), peak memory per device and whether it fits
-        the request's budgets."""
+        """The answer's `accelerate_input`: the map's price as-is (`cost`: the
+        as-is plan's cost; the disk reads added), peak memory per device and
+        whether it fits the request's budgets."""
         disk_ms = self.placement.disk_bytes / (disk_gbps * 1e6) if self.placement.disk_bytes else 0.0
         out: dict[str, Any] = {
             "as": self.taken_as,
@@ -495,8 +496,7 @@ class Handing:
         peaks = peak_memory(cost)
         over = {d: b for d, b in self.budgets.items() if peaks.get(d, 0) > b}
         out["peak_memory_bytes"] = peaks
-        if self.taken_as == AS_IS:
-            out["predicted_ms"] = round(float(cost["predicted_ms"]) + disk_ms, 6)
+        out["predicted_ms"] = round(float(cost["predicted_ms"]) + disk_ms, 6)
         out["fits"] = not over
         out["over_budget"] = {d: {"peak_bytes": peaks[d], "budget_bytes": b} for d, b in over.items()}
         return out
@@ -532,21 +532,20 @@ def hand_in(module: Any, naming: Any, config: Any, raw: Mapping[str, Any], taken
     placed = placement(handed, placements, params)
     budgets = memory_budgets(config)
     pins = placed.pins()
-    if taken_as == AS_STORAGE:
-        kinds = {p["node"]: p["kind"] for p in placements}
-        pins = [p for p in pins if kinds.get(p["select"]["node"]) == KIND_PARAMETER]
-        changed = dataclasses.replace(config, constraints=(*config.constraints, *pins))
-    else:
-        profiles = {
-            name: {k: v for k, v in profile.items() if k != "memory_bytes"}
-            for name, profile in config.device_profiles.items()
-        }
-        fields: dict[str, Any] = {"constraints": (*config.constraints, *pins), "mode": "optimize",
-                                  "device_profiles": profiles}
-        if any(f.name == "overlap" for f in dataclasses.fields(config)):
-            fields["overlap"] = False
-        changed = dataclasses.replace(config, **fields)
-    return Handing(handed, placed, changed, taken_as, budgets)
+    profiles = {
+        name: {k: v for k, v in profile.items() if k != "memory_bytes"} for name, profile in config.device_profiles.items()
+    }
+    fields: dict[str, Any] = {"constraints": (*config.constraints, *pins), "mode": "optimize",
+                              "device_profiles": profiles}
+    if any(f.name == "overlap" for f in dataclasses.fields(config)):
+        fields["overlap"] = False
+    as_is = dataclasses.replace(config, **fields)
+    if taken_as == AS_IS:
+        return Handing(handed, placed, as_is, taken_as, budgets, as_is)
+    kinds = {p["node"]: p["kind"] for p in placements}
+    stored = [p for p in pins if kinds.get(p["select"]["node"]) == KIND_PARAMETER]
+    planned = dataclasses.replace(config, constraints=(*config.constraints, *stored))
+    return Handing(handed, placed, planned, taken_as, budgets, as_is)
 
 
 def disk_read_gbps(config: Any) -> float:

@@ -501,7 +501,8 @@ def run_plan(job: PlanJob, clock: Clock = time.monotonic, *, source: Source | No
             outcome.device_map = [g.to_json() for g in record_device_map(record, names)]
             outcome.accelerate = as_map.to_json()
     if handing is not None:
-        cost = result.cost.to_json() if result.cost is not None else None
+        left_ms = job.timeout_ms - int((clock() - start) * 1000)
+        cost = _map_cost(source, handing, result, left_ms)
         outcome.accelerate_input = handing.answer(cost, disk_read_gbps(config))
         outcome.notices.extend(handing.handed.notices)
     if job.picture is not None:
@@ -521,6 +522,23 @@ def _hand_in(job: PlanJob, source: Source, config: solver.PlanConfig) -> Handing
         return hand_in(source.module, source.naming, config, job.accelerate_device_map, job.accelerate_device_map_as)
     except MapError as err:
         raise PlanFailure.plain(KIND_CONFIG, err.message) from None
+
+
+def _map_cost(source: Source, handing: Handing, result: solver.PlanResult, left_ms: int) -> dict[str, Any] | None:
+    """The cost of a handed-in map as `dispatch_model` runs it: the plan's own
+    when the map was taken as-is, else a plan of the map as-is within the
+    `left_ms` the request has left (`storage` planned within the map's
+    storage; its answer still prices the map). None when it cannot be priced."""
+    if handing.taken_as == "as-is":
+        return result.cost.to_json() if result.cost is not None else None
+    if left_ms <= 0:
+        return None
+    try:
+        priced = solver.plan(source.module, dataclasses.replace(handing.as_is, timeout_ms=left_ms))
+    except PLANNING_ERRORS as err:
+        log.info("the handed-in map could not be priced as-is: %s", err)
+        return None
+    return priced.cost.to_json() if priced.cost is not None else None
 
 
 def plan_record(

@@ -205,3 +205,19 @@ def test_disk_weights_are_read_at_the_hosts_disk_bandwidth_each_pass() -> None:
     assert handed["predicted_ms"] == pytest.approx(outcome.cost["predicted_ms"] + handed["disk_read_ms"])
     assert answer["accelerate_device_map"]["lm_head"] == "disk"  # read back where the map keeps it
     assert handed["fits"] is (handed["peak_memory_bytes"]["cuda"] <= slow["cuda"]["memory_bytes"])
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_storage_keeps_the_maps_weights_and_still_prices_the_map() -> None:
+    amap = _maps()[0.75]["device_map"]
+    planned = run_plan(_job(0.75, accelerate_device_map=amap, accelerate_device_map_as="storage", timeout_ms=60_000))
+    as_is = _handed(0.75)
+    assert planned.placements is not None and planned.accelerate_input is not None and planned.cost is not None
+    weights = [p for p in planned.placements if p["kind"] == "parameter" and p["name"] != "input_ids"]
+    owners = map_owners(amap, [p["name"] for p in weights])
+    assert all(p["device"] == device_of(amap[owners[p["name"]]]) for p in weights)  # stored where the map says
+    handed = planned.accelerate_input
+    assert handed["as"] == "storage"
+    assert as_is.accelerate_input is not None
+    assert handed["predicted_ms"] == pytest.approx(as_is.accelerate_input["predicted_ms"])  # the map's own price
