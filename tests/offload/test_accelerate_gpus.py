@@ -13,18 +13,13 @@ from typing import Any
 import pytest
 
 from service.planning import PlanJob, PlanOutcome, run_plan
+from tests.offload.corpus import decoder_text as _text
+from tests.offload.corpus import needs_corpus
 
 pytestmark = pytest.mark.tvm
 
 ROOT = Path(__file__).resolve().parents[2]
-OFFLOAD = ROOT.parent / "shared" / "corpus" / "relax" / "offload"
-needs_corpus = pytest.mark.skipif(not OFFLOAD.is_dir(), reason="corpus not found (../shared/corpus/relax/offload)")
 GPUS = ("cpu", "cuda", "cuda:1")
-
-
-@lru_cache(maxsize=1)
-def _text() -> str:
-    return (OFFLOAD / "llama_h1024_l8.json").read_text()
 
 
 @lru_cache(maxsize=1)

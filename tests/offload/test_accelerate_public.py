@@ -20,24 +20,14 @@ from service.module_names import map_owners, module_names
 from service.planning import PlanJob, PlanOutcome, plan_report, run_plan
 from service.report import load_schema
 from tests._service import thread_client
+from tests.offload.corpus import OFFLOAD, needs_corpus
+from tests.offload.corpus import accelerate_maps as _maps
+from tests.offload.corpus import decoder_text as _text
 
 pytestmark = pytest.mark.tvm
 
-OFFLOAD = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "relax" / "offload"
-needs_corpus = pytest.mark.skipif(not OFFLOAD.is_dir(), reason="corpus not found (../shared/corpus/relax/offload)")
 FRACTIONS = (0.25, 0.5, 0.75)
 SYNCHRONOUS: dict[str, Any] = {}  # copies as accelerate runs them (see _job)
-
-
-@lru_cache(maxsize=1)
-def _text() -> str:
-    return (OFFLOAD / "llama_h1024_l8.json").read_text()
-
-
-@lru_cache(maxsize=1)
-def _maps() -> dict[float, dict[str, Any]]:
-    data = json.loads((OFFLOAD / "llama_h1024_l8.accelerate.json").read_text())
-    return {float(m["fraction"]): m for m in data["maps"]}
 
 
 def _job(fraction: float, **fields: Any) -> PlanJob:
