@@ -33,6 +33,7 @@ devices; copies with no counterpart are "added" or "removed".
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -101,6 +102,69 @@ class _Side:
         }
 
 
+MAX_CANDIDATES = 64
+"""Free placements with the same function, kind and operator that one placement is compared with
+in the propagation step (the first in evaluation order)."""
+MAX_ANCHORS = 64
+"""Matched placements an unmatched one's inputs lead to that the propagation step compares (the
+first in depth-first order); both bounds keep matching near-linear in the placements."""
+
+
+def _anchors(
+    side: _Side, root: int, matched: Mapping[int, int], to_before: bool, cache: dict[int, tuple[int, ...]]
+) -> tuple[int, ...]:
+    """The matched placements `root`'s inputs lead to, looking through unmatched ones, in
+    depth-first order without repeats (the first MAX_ANCHORS), as before-side ids when
+    `to_before`. Built from the inputs' own answers (memoized in `cache`; `_forget` drops the
+    ones a new pair changes), with an explicit stack; an input met again on the current path
+    (a cycle in a hand-written report) leads nowhere."""
+    found = cache.get(root)
+    if found is not None:
+        return found
+    by_node = side.by_node
+    stack: list[list[int]] = [[root, 0]]
+    on_path = {root}
+    while stack:
+        frame = stack[-1]
+        node, k = frame
+        inputs = by_node[node]["inputs"]
+        while k < len(inputs):
+            i = inputs[k]
+            k += 1
+            if i in by_node and i not in matched and i not in cache and i not in on_path:
+                frame[1] = k
+                stack.append([i, 0])
+                on_path.add(i)
+                break
+        else:
+            stack.pop()
+            on_path.discard(node)
+            out: list[int] = []
+            seen: set[int] = set()
+            for i in inputs:
+                if i not in by_node:
+                    continue
+                items = ((matched[i] if to_before else i),) if i in matched else cache.get(i, ())
+                for item in items:
+                    if item not in seen:
+                        seen.add(item)
+                        out.append(item)
+                if len(out) >= MAX_ANCHORS:
+                    break
+            cache[node] = tuple(out[:MAX_ANCHORS])
+    return cache[root]
+
+
+def _forget(side: _Side, node: int, cache: dict[int, tuple[int, ...]]) -> None:
+    """Drop the memoized anchors downstream of `node`, which was just matched. A node is
+    memoized only after its unmatched inputs, so the walk stops where nothing is memoized."""
+    stack = [c for c, _ in side.consumers.get(node, ())]
+    while stack:
+        c = stack.pop()
+        if cache.pop(c, None) is not None:
+            stack.extend(d for d, _ in side.consumers.get(c, ()))
+
+
 @dataclass(frozen=True, slots=True)
 class Matching:
     """before node id -> after node id (and back) for the matched placements."""
@@ -144,43 +208,43 @@ def match(before: Sequence[Placement], after: Sequence[Placement]) -> Matching:
                 pair(x, y)
 
     # 3. Propagation: same key, inputs leading to the same matched placements.
-    def anchors(side: _Side, n: int, matched: Mapping[int, int], to_before: bool) -> tuple[int, ...]:
-        out: list[int] = []
-        stack = list(reversed(side.by_node[n]["inputs"]))
-        seen: set[int] = set()
-        while stack:
-            i = stack.pop()
-            if i in seen or i not in side.by_node:
-                continue
-            seen.add(i)
-            if i in matched:
-                out.append(matched[i] if to_before else i)
-                continue
-            stack.extend(reversed(side.by_node[i]["inputs"]))
-        return tuple(out)
-
-    free_a: dict[tuple[Any, ...], list[int]] = {}
+    # Anchors are memoized per side and forgotten downstream of each new pair, and a
+    # placement looks at most MAX_CANDIDATES free ones with its key: near-linear work.
+    cache_a: dict[int, tuple[int, ...]] = {}
+    cache_b: dict[int, tuple[int, ...]] = {}
+    free_a: dict[tuple[Any, ...], dict[int, None]] = {}
     for n in a.order:
         if n not in fwd:
-            free_a.setdefault(_key(a.by_node[n]), []).append(n)
+            free_a.setdefault(_key(a.by_node[n]), {})[n] = None
+
+    def pair_free(x: int, y: int) -> None:
+        pair(x, y)
+        free_a[_key(a.by_node[x])].pop(x, None)
+        _forget(a, x, cache_a)
+        _forget(b, y, cache_b)
+
     for n in b.order:
         if n in bwd:
             continue
-        candidates = [x for x in free_a.get(_key(b.by_node[n]), ()) if x not in fwd]
+        candidates = list(itertools.islice(free_a.get(_key(b.by_node[n]), {}), MAX_CANDIDATES))
         if not candidates:
             continue
-        want = anchors(b, n, bwd, True)
+        want = _anchors(b, n, bwd, True, cache_b)
         if not want and b.by_node[n]["inputs"]:
             continue
-        found = next((x for x in candidates if anchors(a, x, fwd, False) == want), None)
+        found = next((x for x in candidates if _anchors(a, x, fwd, False, cache_a) == want), None)
         if found is None and want:
             # Loosest: the most shared anchors, at least one.
-            scored = [(len(set(want) & set(anchors(a, x, fwd, False))), -a.pos[x], x) for x in candidates]
+            wanted = set(want)
+            scored = [
+                (len(wanted.intersection(_anchors(a, x, fwd, False, cache_a))), -a.pos[x], x)
+                for x in candidates
+            ]
             best = max(scored)
             if best[0] > 0 and sum(1 for s in scored if s[0] == best[0]) == 1:
                 found = best[2]
         if found is not None:
-            pair(found, n)
+            pair_free(found, n)
 
     # 3b. By consumers: unmatched inputs in the same argument position of a matched pair.
     for y in reversed(b.order):
@@ -310,6 +374,29 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[st
         },
         "per_device": per_device,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class DiffJob:
+    """A diff for a planning worker (`service.pool`): both reports, the fail-on rule texts
+    (already checked by `parse_rules`), the time limit it runs under and the request id."""
+
+    before: Mapping[str, Any]
+    after: Mapping[str, Any]
+    rules: tuple[str, ...] = ()
+    timeout_ms: int = 10_000
+    request_id: str | None = None
+
+
+def diff_json(job: DiffJob) -> bytes:
+    """The diff of a job as the JSON body of POST /plan/diff (`rules` and `failed` with rules)."""
+    result = diff_reports(job.before, job.after)
+    rules = parse_rules(job.rules)
+    if rules:
+        checked = check_rules(result, rules)
+        result["rules"] = [r.to_json() for r in checked]
+        result["failed"] = any(r.hit for r in checked)
+    return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from starlette.routing import Mount
 from service import __version__, sandbox
 from service.api.routes import compile as compile_routes
 from service.api.routes import docs, explore, health, meta, plan
+from service.api.routes.plan import PlanDiffRequest
 from service.auth import AccessPolicy, add_security_scheme
 from service.config import Settings, get_settings
 from service.jobs.collector import FarmCollector
@@ -121,9 +122,15 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": problem_ref}}
                     if status == "422" and response.get("description") == "Validation Error":
                         response["description"] = "The request does not match the schema"
-    components = schema.get("components", {}).get("schemas", {})
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    # POST /plan/diff reads its body off the event loop, so FastAPI does not see its model.
+    diff_schema = PlanDiffRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, definition in diff_schema.pop("$defs", {}).items():
+        components.setdefault(name, definition)
+    components.setdefault("PlanDiffRequest", diff_schema)
+    schema["components"]["schemas"] = dict(sorted(components.items()))
     add_security_scheme(schema)
     app.openapi_schema = schema
     return schema

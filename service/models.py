@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, TypeAdapter
+from pydantic_core import PydanticCustomError
 
 import solver
 from relay.detect import detect_encoding, detect_language
@@ -14,6 +15,44 @@ from service.units import ByteSize
 
 if TYPE_CHECKING:
     from service.config import Settings
+
+# --------------------------------------------------------------------------
+# Nesting of the free-form JSON a caller sends (targets, report extras)
+
+MAX_TARGET_DEPTH = 8
+"""How deeply a JSON target's objects and arrays may nest (a `host` inside a `host` ...). TVM's own
+targets nest two levels; deeper ones are refused (422 invalid-config) before anything walks or
+serializes them."""
+NESTING_ERROR = "nesting_too_deep"
+"""The pydantic error type of a too-deep value; the problem handler answers it 422 invalid-config."""
+
+
+def check_nesting(value: Any, bound: int, what: str) -> Any:
+    """`value`, unless its dicts and lists nest deeper than `bound` (walked iteratively, so any
+    depth the JSON parser accepted is measured without recursion): then a pydantic error of type
+    NESTING_ERROR naming `what` and the bound."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > bound:
+            raise PydanticCustomError(
+                NESTING_ERROR,
+                "{what} nests deeper than {bound} levels of objects and arrays, the bound",
+                {"what": what, "bound": bound},
+            )
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+TargetDict = Annotated[
+    dict[str, Any], BeforeValidator(lambda value: check_nesting(value, MAX_TARGET_DEPTH, "a target"))
+]
 
 # --------------------------------------------------------------------------
 # Device specs and request-level constraints (docs/planning.md, section 1)
@@ -28,7 +67,7 @@ class DeviceObject(BaseModel):
         None, description='Device type name ("cpu", "cuda", ...) or DLPack code (1 = cpu, 2 = cuda).'
     )
     virtual_device_id: int | None = Field(None, ge=0, le=1 << 20, description="Which device of that type.")
-    target: Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any] | None = Field(
+    target: Annotated[str, Field(min_length=1, max_length=4096)] | TargetDict | None = Field(
         None, description='TVM target string ("llvm", "cuda -arch=sm_90") or a JSON target dict.'
     )
     memory_scope: str | None = Field(None, max_length=256, description='Storage scope, e.g. "global".')
@@ -705,7 +744,7 @@ class PlanResponse(BaseModel):
 # --------------------------------------------------------------------------
 # POST /compile
 
-TargetValue = Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any]
+TargetValue = Annotated[str, Field(min_length=1, max_length=4096)] | TargetDict
 
 
 class CompileRequest(PlanRequest):

@@ -35,9 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from service.diff import DiffJob, diff_json
 from service.logs import note_worker_drops, queue_size
 from service.planning import (
     KIND_INTERNAL,
+    KIND_TIMEOUT,
     KIND_TOO_LARGE,
     TINY_MODULE,
     PlanFailure,
@@ -65,8 +67,32 @@ class PoolBusy(Exception):
     """No planning slot became free within the queue timeout."""
 
 
-def _timeout_result(job: PlanJob) -> dict[str, Any]:
+Job = PlanJob | DiffJob
+"""What a worker runs: a plan, or the matching of two plans' reports (`POST /plan/diff`)."""
+
+
+def _timeout_result(job: Job) -> dict[str, Any]:
+    if isinstance(job, DiffJob):
+        message = (
+            f"matching the two plans did not finish within the plan time limit of {job.timeout_ms} ms "
+            "(DEVPLAN_DEFAULT_TIMEOUT_MS)"
+        )
+        return {"error": PlanFailure.plain(KIND_TIMEOUT, message).as_dict()}
     return {"error": timeout_failure(job.timeout_ms).as_dict()}
+
+
+def run_job_safely(job: Job) -> dict[str, Any]:
+    """A plan (`run_plan_safely`) or a diff: never raises; {"ok": ...} or {"error": failure}.
+    A diff's "ok" is its JSON text (bytes), built here so the web process only sends it."""
+    if not isinstance(job, DiffJob):
+        return run_plan_safely(job)
+    try:
+        return {"ok": diff_json(job)}
+    except MemoryError:
+        return {"error": too_large_failure(None).as_dict()}
+    except Exception as err:
+        log.exception("diff failed unexpectedly")
+        return _internal_result(f"internal error while matching the plans: {type(err).__name__}")
 
 
 def _internal_result(message: str) -> dict[str, Any]:
@@ -109,7 +135,7 @@ LOG_DROPS_KEY = "log_records_dropped"
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, log_level: str, log_queue_size: int) -> None:
-    """A worker process: receive PlanJobs, answer run_plan_safely's dicts, until EOF.
+    """A worker process: receive jobs (plans, diffs), answer run_job_safely's dicts, until EOF.
 
     After a MemoryError the worker answers and exits, so the pool replaces it
     with a fresh process rather than trust a heap that ran dry. Its logging goes
@@ -135,7 +161,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, log_level: str, lo
         token = set_request_id(job.request_id)
         start = time.perf_counter()
         try:
-            result = run_plan_safely(job)
+            result = run_job_safely(job)
             log.debug(
                 "plan answered in %.1f ms",
                 (time.perf_counter() - start) * 1000,
@@ -214,7 +240,7 @@ class PoolStatus:
 
 
 class PlanPool:
-    """`await pool.submit(job, deadline_s)` -> run_plan_safely's dict, never raising for the job's sake."""
+    """`await pool.submit(job, deadline_s)` -> run_job_safely's dict, never raising for the job's sake."""
 
     def __init__(
         self,
@@ -378,9 +404,9 @@ class PlanPool:
 
     # ------------------------------------------------------------------ planning
 
-    def too_large(self, job: PlanJob) -> dict[str, Any] | None:
+    def too_large(self, job: Job) -> dict[str, Any] | None:
         """An immediate module-too-large answer when the estimate says the module cannot fit."""
-        if not self.memory_limit_bytes or not self.memory_per_input_byte:
+        if isinstance(job, DiffJob) or not self.memory_limit_bytes or not self.memory_per_input_byte:
             return None
         per_byte = self.memory_per_input_byte
         if (job.input_format or detect_format(job.module)) == "json":
@@ -423,7 +449,7 @@ class PlanPool:
                 self._respawn_in_background(None, loop)  # keeps trying; the slot counts as lost
                 # and this request waits for another worker
 
-    async def submit(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+    async def submit(self, job: Job, deadline_s: float) -> dict[str, Any]:
         rejected = self.too_large(job)
         if rejected is not None:
             return rejected
@@ -439,7 +465,7 @@ class PlanPool:
                 log.warning("planning worker %s died before taking a job; trying another", worker.proc.pid)
 
     async def _run_on(
-        self, worker: _Worker, job: PlanJob, deadline_s: float, loop: asyncio.AbstractEventLoop
+        self, worker: _Worker, job: Job, deadline_s: float, loop: asyncio.AbstractEventLoop
     ) -> dict[str, Any]:
         assert self._idle is not None
         healthy = False
@@ -471,7 +497,7 @@ class PlanPool:
                 # Kill and respawn in the background so the answer is not delayed (also on cancel).
                 self._respawn_in_background(worker, loop)
 
-    def _exchange(self, worker: _Worker, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+    def _exchange(self, worker: _Worker, job: Job, deadline_s: float) -> dict[str, Any]:
         try:
             worker.conn.send(job)
         except (BrokenPipeError, ConnectionResetError):
@@ -492,7 +518,7 @@ class PlanPool:
                     worker.proc.kill()  # now, not after the answer is on its way
                     raise _OverMemory(rss)
 
-    async def _submit_thread(self, job: PlanJob, deadline_s: float) -> dict[str, Any]:
+    async def _submit_thread(self, job: Job, deadline_s: float) -> dict[str, Any]:
         assert self._slots is not None, "PlanPool.start() was not awaited"
         try:
             await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
@@ -500,7 +526,7 @@ class PlanPool:
             raise PoolBusy from None
         loop = asyncio.get_running_loop()
         self._set_busy(+1)
-        future = loop.run_in_executor(self._threads, run_plan_safely, job)
+        future = loop.run_in_executor(self._threads, run_job_safely, job)
 
         def done(_f: Any) -> None:
             # The slot is released when the thread really finishes, so the bound holds.

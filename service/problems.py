@@ -167,7 +167,9 @@ def bounded_body(body: dict[str, Any]) -> dict[str, Any]:
         if _json_size(out) < MAX_PROBLEM_BYTES:
             return out
         if limit == 0:  # many long non-ASCII texts: a tenth of each is still a message
-            return {k: bounded_text(v, MAX_TEXT_CHARS // 10) if isinstance(v, str) else v for k, v in out.items()}
+            return {
+                k: bounded_text(v, MAX_TEXT_CHARS // 10) if isinstance(v, str) else v for k, v in out.items()
+            }
         limit //= 2
 
 
@@ -249,6 +251,14 @@ def install_handlers(app: FastAPI) -> None:
         if first is not None:
             where = ".".join(str(p) for p in first["loc"])
             detail = f"{where}: {first['msg']}"
+        # A value nested past its bound (service.models.nesting_bound) is a configuration the
+        # server refuses, not a schema mismatch.
+        nested = next((e for e in errors if e.get("type") == "nesting_too_deep"), None)
+        if nested is not None:
+            where = ".".join(str(p) for p in nested["loc"] if not str(p).startswith("function-"))
+            return problem_response(
+                INVALID_CONFIG, f"{where}: {nested['msg']}", request.url.path, errors=errors
+            )
         return problem_response(VALIDATION_ERROR, detail, request.url.path, errors=errors)
 
     @app.exception_handler(StarletteHTTPException)

@@ -228,9 +228,14 @@ class _Engine:
                     if relation is not None:
                         args = tuple([types[id(a)] for a in node.args])
                         try:
-                            types[id(node)] = relation(args, completed_attrs(callee.name, node.attrs))
+                            result = relation(args, completed_attrs(callee.name, node.attrs))
                         except RelationError as err:
                             raise _relation_error(node, args, err) from None
+                        except (ArithmeticError, ValueError) as err:
+                            raise _number_error(node, callee.name, args, err) from None
+                        if type(result) is ast.TensorType and not _dims_in_range(result.shape):
+                            raise _size_error(node, callee.name, args, result)
+                        types[id(node)] = result
                         return
             types[id(node)] = post[type(node)](node)
 
@@ -245,6 +250,11 @@ class _Engine:
                 hints = self.hints
                 for p in params:
                     written = _written(p.type_annotation)
+                    oversized = _oversized(written)
+                    if oversized is not None:
+                        raise TypeInferenceError(
+                            f"parameter %{p.name}: {_size_text(oversized.shape)}", p.span or node.span
+                        )
                     types[id(p)] = hints.get(id(p), written) if written is UNKNOWN else written
             case Let(var=var, value=value):
                 inferred = types[id(value)]
@@ -549,9 +559,14 @@ class _Engine:
             self.unknown_ops.add(name)
             return UNKNOWN
         try:
-            return relation(args, self._completed_attrs(name, node.attrs))
+            result = relation(args, self._completed_attrs(name, node.attrs))
         except RelationError as err:
             raise _relation_error(node, args, err) from None
+        except (ArithmeticError, ValueError) as err:
+            raise _number_error(node, name, args, err) from None
+        if type(result) is ast.TensorType and not _dims_in_range(result.shape):
+            raise _size_error(node, name, args, result)
+        return result
 
     def _completed_attrs(self, name: str, attrs: ast.Attrs | None) -> Mapping[str, Any]:
         """A call's attributes with TVM's defaults, as a dict; cached per
@@ -579,6 +594,76 @@ class _Engine:
 def _relation_error(node: Call, args: tuple[Type, ...], err: RelationError) -> TypeInferenceError:
     shown = ", ".join(type_text(a) for a in args)
     return TypeInferenceError(f"{err.message} (argument types: {shown})", node.span, actual=TupleType(args))
+
+
+# The largest dimension a tensor may have: TVM's shapes are int64.
+MAX_DIM = (1 << 63) - 1
+
+
+def _dims_in_range(shape: tuple[Any, ...]) -> bool:
+    """Every constant dimension, and the element count of the constant ones, fits TVM's int64
+    (symbolic and `?` dimensions always do): sizes past it overflow the cost model's floats."""
+    elements = 1
+    for d in shape:
+        if type(d) is int:
+            if not 0 <= d <= MAX_DIM:
+                return False
+            elements *= d
+            if elements > MAX_DIM:
+                return False
+    return True
+
+
+def _size_text(shape: tuple[Any, ...]) -> str:
+    """Which bound a shape that fails `_dims_in_range` breaks, its numbers shortened."""
+
+    def short(n: int) -> str:
+        digits = str(n)
+        return digits if len(digits) <= 24 else f"a {len(digits)}-digit number"
+
+    bad = next((d for d in shape if type(d) is int and not 0 <= d <= MAX_DIM), None)
+    if bad is not None:
+        return f"a dimension of {short(bad)} is outside 0..{MAX_DIM} (int64)"
+    elements = 1
+    for d in shape:
+        if type(d) is int:
+            elements *= d
+    return f"its element count ({short(elements)}) is more than {MAX_DIM} (int64)"
+
+
+def _oversized(t: Type) -> ast.TensorType | None:
+    """A tensor inside `t` (tuples walked iteratively) whose size fails `_dims_in_range`."""
+    stack = [t]
+    while stack:
+        item = stack.pop()
+        if type(item) is ast.TensorType:
+            if not _dims_in_range(item.shape):
+                return item
+        elif type(item) is TupleType:
+            stack.extend(item.fields)
+    return None
+
+
+def _number_error(node: Call, name: str, args: tuple[Type, ...], err: Exception) -> TypeInferenceError:
+    """A caller's number that the operator's shape rule cannot compute with (a scale of 1e308 makes an
+    infinite size): a type error at the call, naming the operator, never a crash."""
+    shown = ", ".join(type_text(a) for a in args)
+    return TypeInferenceError(
+        f"{name}: its attributes give no representable result shape ({type(err).__name__}: {err}) "
+        f"(argument types: {shown})",
+        node.span,
+        actual=TupleType(args),
+    )
+
+
+def _size_error(node: Call, name: str, args: tuple[Type, ...], result: ast.TensorType) -> TypeInferenceError:
+    """A result dimension past int64 (or negative): what TVM could never allocate or index."""
+    shown = ", ".join(type_text(a) for a in args)
+    return TypeInferenceError(
+        f"{name}: in its result, {_size_text(result.shape)} (argument types: {shown})",
+        node.span,
+        actual=TupleType(args),
+    )
 
 
 def _unbound_to_unknown(t: Type, params: frozenset[TypeVar]) -> Type:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Body, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service import problems
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
@@ -16,9 +18,9 @@ from service.errors import kind_of
 from service.examples import PLAIN, PLAN_EXAMPLES
 from service.logs import current_request_id
 from service.metrics import Metrics
-from service.models import PlanRequest, PlanResponse, to_plan_job
-from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, PlanJob, deadline_s
-from service.pool import PlanPool, PoolBusy
+from service.models import PlanRequest, PlanResponse, check_nesting, to_plan_job
+from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, deadline_s
+from service.pool import Job, PlanPool, PoolBusy
 from service.problems import OVERLOADED, ProblemError, failure_to_problem, problem_responses
 
 router = APIRouter(tags=["plan"])
@@ -38,7 +40,7 @@ PLAN_PROBLEMS = (
 )
 
 
-async def submit_plan(job: PlanJob, pool: PlanPool, metrics: Metrics, *, count_busy: bool) -> dict[str, Any]:
+async def submit_plan(job: Job, pool: PlanPool, metrics: Metrics, *, count_busy: bool) -> dict[str, Any]:
     """Run `job` in the worker pool under its deadline, counted as in flight;
     a pool that stays busy is a 503 `overloaded` problem (also counted as a
     plan outcome where `count_busy`)."""
@@ -89,7 +91,10 @@ async def plan(
         raise failure_to_problem(failure)
     metrics.plans.labels("ok").inc()
     metrics.solver_seconds.observe(timings.get("plan", 0.0) / 1000)
-    return plan_response(PlanResponse.model_validate(result["ok"]))
+    # Off the event loop: checking and writing out a big module's answer (its placements, the
+    # report fields) takes CPU time in proportion to it.
+    outcome = result["ok"]
+    return await asyncio.to_thread(lambda: plan_response(PlanResponse.model_validate(outcome)))
 
 
 def plan_response(response: PlanResponse) -> JSONResponse:
@@ -102,7 +107,13 @@ def plan_response(response: PlanResponse) -> JSONResponse:
 
 
 # --------------------------------------------------------------------------
-# POST /plan/diff (issue 22)
+# POST /plan/diff
+
+
+MAX_REPORT_PLACEMENTS = 100_000
+"""Placements (and copies) one report of POST /plan/diff may hold; more is a 422 at that list."""
+MAX_REPORT_DEPTH = 16
+"""How deeply a report's objects and arrays may nest (its own fields nest 4 levels)."""
 
 
 class PlacementIn(BaseModel):
@@ -151,11 +162,22 @@ class ReportIn(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _not_too_deep(cls, value: Any) -> Any:
+        """Extra fields are kept as they are: refuse ones nested past MAX_REPORT_DEPTH (422
+        invalid-config) before anything walks or serializes them."""
+        return check_nesting(value, MAX_REPORT_DEPTH, "a report")
+
     report_version: Literal[1, 2] = Field(..., description="The report format (1 or 2: 2 names modules with dots).")
     placements: list[PlacementIn] = Field(
-        ..., max_length=10_000_000, description="Every placement of the plan."
+        ..., max_length=MAX_REPORT_PLACEMENTS, description="Every placement of the plan (at most 100,000)."
     )
-    copies: list[CopyIn] = Field(default_factory=list, description="Every device_copy of the plan.")
+    copies: list[CopyIn] = Field(
+        default_factory=list,
+        max_length=MAX_REPORT_PLACEMENTS,
+        description="Every device_copy of the plan (at most 100,000).",
+    )
     prediction: PredictionIn = Field(default_factory=PredictionIn, description="The predicted run time.")
 
 
@@ -187,21 +209,55 @@ DIFF_EXAMPLES: dict[str, Any] = {
 }
 
 
+def _read_diff_request(body: bytes) -> tuple[PlanDiffRequest, dict[str, Any] | None, dict[str, Any] | None]:
+    """The request, and each side's report where it is one (None: a request to plan). Runs in a
+    thread: reading and checking a report of many placements takes seconds of CPU."""
+    try:
+        request = PlanDiffRequest.model_validate_json(body)
+    except ValidationError as err:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in err.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+    def report(side: PlanRequest | ReportIn) -> dict[str, Any] | None:
+        return side.model_dump(by_alias=True) if isinstance(side, ReportIn) else None
+
+    return request, report(request.before), report(request.after)
+
+
 async def _side_report(
-    side: PlanRequest | ReportIn, settings: Any, pool: PlanPool, metrics: Metrics
+    side: PlanRequest | ReportIn,
+    report: dict[str, Any] | None,
+    settings: Any,
+    pool: PlanPool,
+    metrics: Metrics,
 ) -> dict[str, Any]:
     """A report as it is, or the report of a request planned in the pool."""
     from service.report import report_from_response
 
-    if isinstance(side, ReportIn):
-        report: dict[str, Any] = side.model_dump(by_alias=True)
+    if report is not None:
         return report
+    assert isinstance(side, PlanRequest)
     job = to_plan_job(side, settings, request_id=current_request_id())
     job = dataclasses.replace(job, include=("placements",))
     result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
     return report_from_response(result["ok"], job.options.mode)
+
+
+DIFF_REQUEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/PlanDiffRequest"},
+                "examples": DIFF_EXAMPLES,
+            }
+        },
+    }
+}
+"""The body is read and checked off the event loop, so the schema is declared here (and
+PlanDiffRequest added to the components by service.main)."""
 
 
 @router.post(
@@ -212,26 +268,30 @@ async def _side_report(
     "(`devplan plan --report`). The answer lists the operators whose device changed, operators added and "
     "removed, copies added and removed with their bytes, and the change of predicted time and of operator "
     "calls per device. Nodes are matched by function, operator and position in the data flow, never by "
-    "node ids or line numbers (docs/ci.md). With `fail_on`, `rules` says which rules were hit.",
+    "node ids or line numbers (docs/ci.md). With `fail_on`, `rules` says which rules were hit. "
+    f"A report holds at most {MAX_REPORT_PLACEMENTS} placements; matching runs in a planning worker "
+    "under the plan time limit (DEVPLAN_DEFAULT_TIMEOUT_MS; 504 `solver-timeout` past it).",
     responses=problem_responses(*PLAN_PROBLEMS),
+    openapi_extra=DIFF_REQUEST_BODY,
 )
-async def plan_diff(
-    request: Annotated[PlanDiffRequest, Body(openapi_examples=DIFF_EXAMPLES)],
-    settings: SettingsDep,
-    pool: PoolDep,
-    metrics: MetricsDep,
-) -> JSONResponse:
+async def plan_diff(http: Request, settings: SettingsDep, pool: PoolDep, metrics: MetricsDep) -> Response:
     from service import diff
 
+    request, before_report, after_report = await asyncio.to_thread(_read_diff_request, await http.body())
     try:
-        rules = diff.parse_rules(request.fail_on)
+        diff.parse_rules(request.fail_on)
     except diff.RuleError as err:
         raise ProblemError(problems.INVALID_CONFIG, f"fail_on[{err.index}]: {err}") from None
-    before = await _side_report(request.before, settings, pool, metrics)
-    after = await _side_report(request.after, settings, pool, metrics)
-    result = diff.diff_reports(before, after)
-    if rules:
-        checked = diff.check_rules(result, rules)
-        result["rules"] = [r.to_json() for r in checked]
-        result["failed"] = any(r.hit for r in checked)
-    return JSONResponse(result)
+    before = await _side_report(request.before, before_report, settings, pool, metrics)
+    after = await _side_report(request.after, after_report, settings, pool, metrics)
+    job = diff.DiffJob(
+        before,
+        after,
+        tuple(request.fail_on),
+        timeout_ms=settings.default_timeout_ms,
+        request_id=current_request_id(),
+    )
+    result = await submit_plan(job, pool, metrics, count_busy=False)
+    if "error" in result:
+        raise failure_to_problem(PlanFailure.from_dict(result["error"]))
+    return Response(result["ok"], media_type="application/json")
