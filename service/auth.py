@@ -20,6 +20,7 @@ import hmac
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from service.config import Settings
 
@@ -121,6 +122,81 @@ class AccessPolicy:
             return True
         token = bearer_token(authorization)
         return token is not None and _matches(token, keys)
+
+
+# Paths a keyless loopback server answers whatever the Host: health probes (they change nothing
+# and cost nothing, and some probes send odd Host headers).
+HOST_EXEMPT_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _host_name(authority: str) -> str:
+    """The host of a `Host` header value (`name`, `name:port`, `[v6]:port`), lower case."""
+    authority = authority.strip().lower()
+    if authority.startswith("["):
+        return authority[1:].partition("]")[0]
+    if authority.count(":") == 1:
+        return authority.partition(":")[0]
+    return authority  # a bare name, or a bare IPv6 address
+
+
+@dataclass(frozen=True, slots=True)
+class HostGuard:
+    """A keyless server on loopback is not a drive-by target (DNS rebinding, cross-site forms).
+
+    Such a server answers only requests whose `Host` names it: a loopback address, `localhost`,
+    the configured bind host, or a name in DEVPLAN_ALLOWED_HOSTS (otherwise 421). A request that
+    carries an `Origin` (a web page sent it) must come from a page of this server (a loopback
+    name on this port) or of an allowed name (any port), else 403; health probes are exempt
+    and static pages and docs are only read. Servers with API keys skip both checks: a page
+    cannot attach a key across origins, and proxies that rewrite `Host` keep working.
+    """
+
+    names: frozenset[str]  # DEVPLAN_ALLOWED_HOSTS
+    bound: str  # the bind host (DEVPLAN_HOST)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HostGuard:
+        extra = {n.strip().lower().rstrip(".") for n in settings.allowed_hosts.split(",") if n.strip()}
+        return cls(frozenset(extra), _host_name(settings.host).rstrip("."))
+
+    def _own(self, name: str) -> bool:
+        """A name of this machine's loopback interface: where this server listens."""
+        return is_loopback(name) or name == self.bound
+
+    @staticmethod
+    def applies(server: Any) -> bool:
+        """Whether the connection came in on a loopback address (uvicorn's `scope["server"]`)."""
+        return isinstance(server, (tuple, list)) and len(server) == 2 and is_loopback(str(server[0]))
+
+    def host_refusal(self, host: str | None) -> str | None:
+        """Why a request with this `Host` header is refused, or None."""
+        if host is None:
+            return None  # HTTP/1.0 without Host: no browser sends that
+        name = _host_name(host).rstrip(".")
+        if self._own(name) or name in self.names:
+            return None
+        return (
+            f"this server has no API keys and answers only to its own names (loopback addresses, localhost"
+            f"{', ' + ', '.join(sorted(self.names)) if self.names else ''}), not to Host {host[:200]!r}; "
+            "add the name to DEVPLAN_ALLOWED_HOSTS, or set API keys"
+        )
+
+    def origin_refusal(self, origin: str | None, port: int) -> str | None:
+        """Why a request sent by a web page of `origin` is refused, or None (no Origin: not a page)."""
+        if origin is None:
+            return None
+        try:
+            parts = urlsplit(origin.strip())
+            name = (parts.hostname or "").lower().rstrip(".")
+            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            name, origin_port = "", 0
+        if name and (name in self.names or (self._own(name) and origin_port == port)):
+            return None
+        return (
+            f"this server has no API keys and takes costly or state-changing requests only from its own "
+            f"pages, not from a page of {origin[:200]!r}; add its host to DEVPLAN_ALLOWED_HOSTS, or set API keys"
+        )
 
 
 def bearer_token(authorization: str | None) -> bytes | None:

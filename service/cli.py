@@ -291,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
         (
             "--max-connections",
             int,
-            "uvicorn's limit_concurrency backstop (DEVPLAN_MAX_CONNECTIONS, default from the bounds)",
+            (
+                "open connections; beyond it the longest-idle one is closed (DEVPLAN_MAX_CONNECTIONS, "
+                "default from the bounds)"
+            ),
         ),
         (
             "--worker-memory-bytes",
@@ -313,6 +316,21 @@ def build_parser() -> argparse.ArgumentParser:
             "--artifact-max-age-s",
             float,
             "evict stored libraries unused for this long; 0: never (DEVPLAN_ARTIFACT_MAX_AGE_S, 30 days)",
+        ),
+        (
+            "--header-timeout-s",
+            float,
+            "seconds to send a request's head, else the connection closes (DEVPLAN_HEADER_TIMEOUT_S, 10)",
+        ),
+        (
+            "--body-timeout-s",
+            float,
+            "seconds to send an admitted request's body, else 408 (DEVPLAN_BODY_TIMEOUT_S, 60)",
+        ),
+        (
+            "--allowed-hosts",
+            str,
+            "extra host names a keyless loopback server answers to, comma-separated (DEVPLAN_ALLOWED_HOSTS)",
         ),
     )
     for flag, kind, text in serve_settings:
@@ -662,12 +680,14 @@ def cmd_plan(args: argparse.Namespace, clock: Callable[[], float] = time.monoton
         sys.stderr.write(flag_words(failure.report).rstrip("\n") + "\n")
         return kind_of(failure.kind).exit_code
     if args.picture and outcome.picture is not None:
-        from service.picture import PictureUnavailable, render_svg
+        from service.picture import PictureLimit, PictureUnavailable, render_svg
 
         try:
             svg = render_svg(outcome.picture["dot"])
         except PictureUnavailable as err:
             raise UsageError(f"--picture: {err} (apt-get install graphviz)") from None
+        except PictureLimit as err:
+            raise UsageError(f"--picture: {err}") from None
         _write_output(svg, args.picture)
     if report is not None:
         _write_output(json.dumps(report, indent=1), args.report)
@@ -902,6 +922,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.config import Settings, get_settings
+    from service.connections import GuardedH11Protocol
     from service.logs import log_config
 
     overrides = {
@@ -918,6 +939,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "METRICS_REQUIRE_KEY": args.metrics_require_key,
         "ARTIFACT_MAX_BYTES": args.artifact_max_bytes,
         "ARTIFACT_MAX_AGE_S": args.artifact_max_age_s,
+        "HEADER_TIMEOUT_S": args.header_timeout_s,
+        "BODY_TIMEOUT_S": args.body_timeout_s,
+        "ALLOWED_HOSTS": args.allowed_hosts,
     }
     for key, value in overrides.items():
         if value is not None:
@@ -951,7 +975,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=log_config(settings.log_level, settings.log_queue_size),
         access_log=False,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
-        limit_concurrency=settings.uvicorn_limit_concurrency,
+        # No limit_concurrency: its 503 would refuse health checks behind idle connections. Idle and
+        # slow connections time out and make room instead (service.connections); requests with a
+        # body are bounded by the admission control.
+        http=GuardedH11Protocol,
     )
     return EXIT_OK
 

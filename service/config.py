@@ -137,8 +137,27 @@ class Settings(BaseSettings):
     max_connections: int | None = Field(
         None,
         ge=1,
-        description="uvicorn's limit_concurrency, a backstop above the admission bound (its plain-text 503 "
-        "should never be seen). Default: 4 x the admission bound + 64.",
+        description="Connections open at once; a new one beyond it closes the connection that has waited "
+        "longest without a request in progress (idle or slow), never a running request. Default: 4 x the "
+        "admission bound + 64 (never below the admission bound + 16).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a connection may take to send a request's head (from connecting, or from its "
+        "last response); past it the connection is closed. Trickling bytes do not extend it.",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a request may take to send its whole body once admitted; past it the answer is "
+        "408 request-timeout and its reserved bytes are released.",
+    )
+    allowed_hosts: str = Field(
+        "",
+        description="Comma-separated extra host names a keyless loopback server answers to (its Host "
+        "header) and whose pages may send costly or state-changing requests (their Origin); "
+        "loopback addresses and `localhost` are always allowed.",
     )
     worker_memory_bytes: Bytes = Field(
         1024 * 1024 * 1024,
@@ -151,6 +170,28 @@ class Settings(BaseSettings):
         ge=0,
         description="Measured worker memory per byte of module text, used to reject at once (422 "
         "module-too-large) a module that cannot fit in worker_memory_bytes. 0 disables the estimate.",
+    )
+    # Pictures (POST /plan/picture): docs/security.md "Pictures".
+    picture_cpu_s: float = Field(
+        20.0, gt=0, description="CPU seconds one Graphviz run may use (RLIMIT_CPU; twice this as wall clock); "
+        "past it the picture is a 504 picture-limit."
+    )
+    picture_memory_bytes: Bytes = Field(
+        1024 * 1024 * 1024,
+        ge=16 * 1024 * 1024,
+        description="Address space of one Graphviz run (RLIMIT_AS); past it the picture is a 504 picture-limit.",
+    )
+    picture_max_drawn_nodes: int = Field(
+        2000, ge=1, description="Nodes a picture may draw; more is a 422 picture-too-dense before Graphviz starts."
+    )
+    picture_max_drawn_edges: int = Field(
+        4000, ge=1, description="Edges a picture may draw; more is a 422 picture-too-dense before Graphviz starts."
+    )
+    picture_max_edges_per_node: int = Field(
+        50,
+        ge=1,
+        description="Edges that may meet at one drawn node (a value many operators read); more is a 422 "
+        "picture-too-dense before Graphviz starts.",
     )
     api_keys: SecretStr = Field(
         SecretStr(""),
@@ -227,8 +268,8 @@ class Settings(BaseSettings):
         return max(self.max_inflight_bytes, self.max_body_bytes)
 
     @property
-    def uvicorn_limit_concurrency(self) -> int:
-        """uvicorn's own limit (connections and tasks), kept above our admission bound."""
+    def open_connections(self) -> int:
+        """Connections open at once (service.connections), kept above our admission bound."""
         if self.max_connections is not None:
             return max(self.max_connections, self.admission_requests + 16)
         return 4 * self.admission_requests + 64

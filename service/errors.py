@@ -62,6 +62,10 @@ INTERNAL_ERROR = ErrorKind("internal-error", 500, "Internal server error", EXIT_
 # HTTP only.
 VALIDATION_ERROR = ErrorKind("validation-error", 422, "The request does not match the schema")
 REQUEST_TOO_LARGE = ErrorKind("request-too-large", 413, "The request body is too large")
+REQUEST_TIMEOUT = ErrorKind("request-timeout", 408, "The request body did not arrive in time")
+# A keyless loopback server answers only to its own names, and to pages of its own origin.
+MISDIRECTED_HOST = ErrorKind("misdirected-host", 421, "This server does not answer to that host name")
+FOREIGN_ORIGIN = ErrorKind("foreign-origin", 403, "Requests from that web page's origin are refused")
 OVERLOADED = ErrorKind(
     "overloaded", 503, "The service is busy; retry after the Retry-After seconds", outcome="overloaded"
 )
@@ -98,6 +102,10 @@ COMPILE_LOST = ErrorKind("compile-lost", 503, "The compile's worker died and its
 COMPILE_CANCELED = ErrorKind("compile-canceled", 409, "The compile job was cancelled")
 # POST /plan/picture without Graphviz.
 PICTURE_UNAVAILABLE = ErrorKind("picture-unavailable", 503, "Graphviz `dot` is not installed on this server")
+# Pictures are bounded: a graph too dense to lay out is refused before Graphviz starts, and
+# Graphviz runs under CPU and memory limits.
+PICTURE_TOO_DENSE = ErrorKind("picture-too-dense", 422, "The graph is too dense to draw")
+PICTURE_LIMIT = ErrorKind("picture-limit", 504, "Drawing the picture ran past its limit")
 
 COMPILE_KINDS: tuple[ErrorKind, ...] = (
     UNSUPPORTED_MODULE,
@@ -127,6 +135,11 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     INTERNAL_ERROR,
     *COMPILE_KINDS,
     PICTURE_UNAVAILABLE,
+    REQUEST_TIMEOUT,
+    MISDIRECTED_HOST,
+    FOREIGN_ORIGIN,
+    PICTURE_TOO_DENSE,
+    PICTURE_LIMIT,
     *FARM_KINDS,
 )
 

@@ -17,7 +17,7 @@ from service import __version__, sandbox
 from service.api.routes import compile as compile_routes
 from service.api.routes import docs, explore, health, meta, plan
 from service.api.routes.plan import PlanDiffRequest
-from service.auth import AccessPolicy, add_security_scheme
+from service.auth import AccessPolicy, HostGuard, add_security_scheme
 from service.config import Settings, get_settings
 from service.jobs.collector import FarmCollector
 from service.jobs.queue import JobQueue
@@ -103,6 +103,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         mount_prefixes=mount_prefixes,
         admission=Admission(settings.admission_requests, settings.admission_bytes),
         policy=AccessPolicy.from_settings(settings, static_prefixes=tuple(mount_prefixes)),
+        body_timeout_s=settings.body_timeout_s,
+        host_guard=HostGuard.from_settings(settings),
     )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -1,19 +1,23 @@
-"""The one ASGI middleware in front of the app: request id, API keys, admission, body limit,
-metrics, access log.
+"""The one ASGI middleware in front of the app: request id, Host and Origin, API keys,
+admission, body limit and timeout, metrics, access log.
 
 Pure ASGI (no BaseHTTPMiddleware) so the limits are enforced while the body
 streams in: a request announcing or sending more than the limit is answered
-413 without reading the rest. Before any byte of a body is read, the request
-must carry a valid API key (when keys are configured, `service.auth`) and be
-admitted: requests with a body are bounded in number (every planning and
-compile slot busy plus a queue) and in the bytes they hold together, so
-requests waiting for a slot cannot pile up memory. Beyond either bound the
-answer is 503 `overloaded` with `Retry-After`; uvicorn's own concurrency limit
-sits above these bounds as a backstop.
+413 without reading the rest. A keyless server reached on loopback first checks
+`Host` and `Origin` (`service.auth.HostGuard`: 421, 403). Before any byte of a
+body is read, the request must carry a valid API key (when keys are configured,
+`service.auth`) and be admitted: requests with a body are bounded in number
+(every planning and compile slot busy plus a queue) and in the bytes they hold
+together, so requests waiting for a slot cannot pile up memory. Bytes are held
+as they arrive, never from a declared Content-Length alone, and the whole body
+must arrive within the body timeout (408 past it, its bytes released). Beyond
+either bound the answer is 503 `overloaded` with `Retry-After`. Connections
+themselves (idle ones, slow request heads) are bounded by service.connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -22,7 +26,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import AccessPolicy, bearer_token
+from service.auth import HOST_EXEMPT_PATHS, PUBLIC_PATHS, AccessPolicy, HostGuard, bearer_token
+from service.errors import FOREIGN_ORIGIN, MISDIRECTED_HOST, REQUEST_TIMEOUT
 from service.logs import accept_request_id, reset_request_id, set_request_id
 from service.metrics import Metrics
 from service.problems import (
@@ -82,6 +87,8 @@ class ServiceMiddleware:
         mount_prefixes: set[str],
         admission: Admission | None = None,
         policy: AccessPolicy | None = None,
+        body_timeout_s: float = 60.0,
+        host_guard: HostGuard | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -90,6 +97,9 @@ class ServiceMiddleware:
         self.mount_prefixes = mount_prefixes
         self.admission = admission
         self.policy = policy
+        self.body_timeout_s = body_timeout_s
+        # The Host and Origin checks are for keyless servers only (service.auth.HostGuard).
+        self.host_guard = host_guard if policy is None or not policy.enabled else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -115,7 +125,11 @@ class ServiceMiddleware:
         admitted = False
         reserved = [0]  # body bytes this request holds in the admission bound
         try:
-            if self.policy is not None and not self.policy.allows(
+            misdirected = self._misdirected(scope, headers)
+            if misdirected is not None:
+                kind, detail = misdirected
+                await self._send_problem(send_with_id, kind, detail, scope.get("path"), close=has_body)
+            elif self.policy is not None and not self.policy.allows(
                 scope["path"], headers.get("authorization")
             ):
                 await self._unauthorized(scope, send_with_id, headers.get("authorization"), has_body)
@@ -128,6 +142,8 @@ class ServiceMiddleware:
                 except _Refused as refused:
                     if refused.kind is OVERLOADED:
                         await self._overloaded(scope, send_with_id, "bytes")
+                    elif refused.kind is REQUEST_TIMEOUT:
+                        await self._timed_out(scope, send_with_id, reserved[0])
                     else:
                         await self._too_large(scope, send_with_id)
                 else:
@@ -168,6 +184,22 @@ class ServiceMiddleware:
             )
             reset_request_id(token)
 
+    def _misdirected(self, scope: Scope, headers: dict[str, str]) -> tuple[ProblemKind, str] | None:
+        """A keyless loopback server's refusal of a foreign Host (421) or Origin (403), or None."""
+        guard = self.host_guard
+        path = scope["path"]
+        if guard is None or path in HOST_EXEMPT_PATHS or not guard.applies(scope.get("server")):
+            return None
+        refusal = guard.host_refusal(headers.get("host"))
+        if refusal is not None:
+            return MISDIRECTED_HOST, refusal
+        if path in PUBLIC_PATHS or any(path.startswith(p.rstrip("/") + "/") for p in self.mount_prefixes):
+            return None  # pages and docs are only read
+        refusal = guard.origin_refusal(headers.get("origin"), int(scope["server"][1]))
+        if refusal is not None:
+            return FOREIGN_ORIGIN, refusal
+        return None
+
     def _admit(self) -> bool:
         """Count one more request with a body, if the bound allows."""
         if self.admission is None:
@@ -192,20 +224,25 @@ class ServiceMiddleware:
 
         Raises _Refused(REQUEST_TOO_LARGE) when the body is (or announces to be)
         larger than the limit, _Refused(OVERLOADED) when its bytes do not fit the
-        in-flight bound. A declared length is reserved before reading anything.
+        in-flight bound, _Refused(REQUEST_TIMEOUT) when it has not all arrived within
+        the body timeout. Bytes are held as they arrive: a Content-Length announcing
+        a big body that never comes holds nothing.
         """
         if scope["method"] not in _BODY_METHODS:
             return receive
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_body_bytes:
-                raise _Refused(REQUEST_TOO_LARGE)
-            self._reserve(int(declared), reserved)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _Refused(REQUEST_TOO_LARGE)
         chunks: list[bytes] = []
         size = 0
         disconnect: Message | None = None
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         while True:
-            message = await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise _Refused(REQUEST_TIMEOUT) from None
             if message["type"] == "http.disconnect":
                 disconnect = message
                 break
@@ -213,7 +250,7 @@ class ServiceMiddleware:
             size += len(chunk)
             if size > self.max_body_bytes:
                 raise _Refused(REQUEST_TOO_LARGE)
-            self._reserve(size - reserved[0], reserved)  # only what the declared length did not cover
+            self._reserve(size - reserved[0], reserved)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -234,6 +271,13 @@ class ServiceMiddleware:
     async def _too_large(self, scope: Scope, send: Send) -> None:
         detail = f"the request body exceeds the limit of {self.max_body_bytes} bytes (DEVPLAN_MAX_BODY_BYTES)"
         await self._send_problem(send, REQUEST_TOO_LARGE, detail, scope.get("path"), close=True)
+
+    async def _timed_out(self, scope: Scope, send: Send, received: int) -> None:
+        detail = (
+            f"the request body did not arrive within {self.body_timeout_s:g} s (DEVPLAN_BODY_TIMEOUT_S); "
+            f"{received} bytes came"
+        )
+        await self._send_problem(send, REQUEST_TIMEOUT, detail, scope.get("path"), close=True)
 
     async def _overloaded(self, scope: Scope, send: Send, reason: str) -> None:
         assert self.admission is not None

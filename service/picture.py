@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import resource
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +46,16 @@ from solver import input_roots, node_ids, wrapper_op
 MAX_NODES = 60
 """Operators shown one by one; above it, single-device runs collapse (issue 22: was 250)."""
 
-RENDER_TIMEOUT_S = 60.0
+# Graphviz runs under these limits (DEVPLAN_PICTURE_CPU_S, DEVPLAN_PICTURE_MEMORY_BYTES): its layout
+# is superlinear in the long edges a node with many readers makes, and measured, a chain of 3,000
+# operators that each also read the first value took 60 s and 4.7 GiB.
+PICTURE_CPU_S = 20.0
+PICTURE_MEMORY_BYTES = 1024 * 1024 * 1024
+# What is drawn at most (DEVPLAN_PICTURE_MAX_DRAWN_NODES, ..._EDGES, ..._EDGES_PER_NODE): measured
+# here, one value read by 50 operators of a chain lays out in 0.2 s, read by 100 in over 30 s.
+MAX_DRAWN_NODES = 2_000
+MAX_DRAWN_EDGES = 4_000
+MAX_EDGES_PER_NODE = 50
 
 # Fill colors, one per device in the legend's order (cpu first, then by name).
 _PALETTE = ("#9ecae1", "#a1d99b", "#fdd0a2", "#dadaeb", "#fcbba1", "#c7e9c0", "#fde0ef", "#d9d9d9")
@@ -54,22 +66,103 @@ class PictureUnavailable(Exception):
     """Graphviz `dot` is not installed (the route answers 503 picture-unavailable)."""
 
 
+class PictureLimit(Exception):
+    """Graphviz ran past its CPU, wall-clock or memory limit (the route answers 504 picture-limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderLimits:
+    """What one Graphviz run may use: CPU seconds (RLIMIT_CPU; the wall clock allows twice as
+    long) and address space (RLIMIT_AS)."""
+
+    cpu_s: float = PICTURE_CPU_S
+    memory_bytes: int = PICTURE_MEMORY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class DensityBounds:
+    """The largest graph handed to Graphviz; a denser one is refused before it starts."""
+
+    nodes: int = MAX_DRAWN_NODES
+    edges: int = MAX_DRAWN_EDGES
+    edges_per_node: int = MAX_EDGES_PER_NODE
+
+
+def too_dense(picture: Mapping[str, Any], bounds: DensityBounds) -> str | None:
+    """Why a picture (`Picture.to_json()`) is too dense to draw, naming its counts and the
+    bounds; None when Graphviz may draw it."""
+    nodes, edges, degree = (
+        picture.get("nodes", 0),
+        picture.get("edges", 0),
+        picture.get("max_edges_per_node", 0),
+    )
+    over = []
+    if nodes > bounds.nodes:
+        over.append(f"{nodes} nodes (bound {bounds.nodes}, DEVPLAN_PICTURE_MAX_DRAWN_NODES)")
+    if edges > bounds.edges:
+        over.append(f"{edges} edges (bound {bounds.edges}, DEVPLAN_PICTURE_MAX_DRAWN_EDGES)")
+    if degree > bounds.edges_per_node:
+        name = str(picture.get("densest_node", ""))
+        where = f"node {name[1:]}" if name[:1] == "n" and name[1:].isdigit() else f"node {name}"
+        over.append(
+            f"{degree} edges at {where} (bound {bounds.edges_per_node}, DEVPLAN_PICTURE_MAX_EDGES_PER_NODE)"
+        )
+    if not over:
+        return None
+    return (
+        "the graph is too dense to draw: " + "; ".join(over) + " (lower max_nodes to collapse more runs, "
+        "or ask for the placements as JSON)"
+    )
+
+
+def _limit(pid: int, limits: RenderLimits) -> None:
+    """Set Graphviz's rlimits. It is started with no input yet and blocks reading it, so the
+    limits are in place before it does any work (no pre-exec hook in this threaded process)."""
+    cpu = max(1, math.ceil(limits.cpu_s))
+    resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if limits.memory_bytes:
+        resource.prlimit(pid, resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+
+
 def dot_path() -> str | None:
     """Where `dot` is, or None."""
     return shutil.which("dot")
 
 
-def render_svg(dot_text: str, timeout_s: float = RENDER_TIMEOUT_S) -> str:
-    """DOT -> SVG with Graphviz; raises PictureUnavailable without `dot`."""
+def render_svg(dot_text: str, limits: RenderLimits | None = None) -> str:
+    """DOT -> SVG with Graphviz under `limits`; raises PictureUnavailable without `dot`,
+    PictureLimit when Graphviz runs past a limit (it is killed; nothing is left running)."""
+    limits = limits or RenderLimits()
     exe = dot_path()
     if exe is None:
         raise PictureUnavailable("Graphviz `dot` is not installed on this server")
-    done = subprocess.run(
-        [exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=timeout_s, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"dot failed: {done.stderr.decode(errors='replace')[:500]}")
-    return done.stdout.decode()
+    wall_s = 2 * limits.cpu_s + 1
+    cpu_text = f"its CPU limit of {limits.cpu_s:g} s (DEVPLAN_PICTURE_CPU_S)"
+    memory_text = f"its memory limit of {limits.memory_bytes // 2**20} MiB (DEVPLAN_PICTURE_MEMORY_BYTES)"
+    with subprocess.Popen(
+        [exe, "-Tsvg"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        try:
+            _limit(proc.pid, limits)
+            stdout, stderr_bytes = proc.communicate(dot_text.encode(), timeout=wall_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise PictureLimit(
+                f"Graphviz ran past its wall-clock limit of {wall_s:g} s ({cpu_text}, x2)"
+            ) from None
+        except BaseException:
+            proc.kill()  # nothing is left running
+            raise
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise PictureLimit(f"Graphviz ran past {cpu_text}")
+    if proc.returncode != 0:
+        # Our DOT is always well formed: a failing Graphviz ran out of its address space.
+        stderr = stderr_bytes.decode(errors="replace").strip()[:300]
+        raise PictureLimit(
+            f"Graphviz stopped (exit {proc.returncode}), most likely at {memory_text}: {stderr}"
+        )
+    return stdout.decode()
 
 
 # ---------------------------------------------------------------------------
@@ -99,6 +192,10 @@ class Picture:
     collapsed: int  # collapsed nodes
     legend: dict[str, str]  # device -> color
     folded: int = 0  # weights and constants folded into their consumers
+    nodes: int = 0  # nodes drawn (legend aside)
+    edges: int = 0  # edges drawn (legend aside)
+    max_edges_per_node: int = 0  # the most edges that meet at one node
+    densest_node: str = ""  # where they meet (its DOT name)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,7 +270,9 @@ def build_picture(
             else:
                 kind, label = "call", "call"
             if entry is not None and entry.kind == "operator":
-                kind = "op"  # a call of a primitive function runs one kernel: an operator, as the record has it
+                kind = (
+                    "op"  # a call of a primitive function runs one kernel: an operator, as the record has it
+                )
         elif isinstance(expr, Var):
             kind, label = "param", f"%{expr.name}"
         elif isinstance(expr, If):
@@ -310,7 +409,9 @@ def build_picture(
         source = f"n{c.from_nodes[0]}" if c.from_nodes else ""
         if k in marked or source not in nodes:
             continue
-        nodes[f"u{k}"] = _Node(f"u{k}", "used by a reference", "use", c.dst, nodes[source].cluster, [c.from_nodes[0]])
+        nodes[f"u{k}"] = _Node(
+            f"u{k}", "used by a reference", "use", c.dst, nodes[source].cluster, [c.from_nodes[0]]
+        )
         marked.add(k)
         final_edges.append((source, f"u{k}", k))
 
@@ -515,6 +616,7 @@ def _emit(
         lines.extend("  " + e for e in entries)
         lines.append("  }")
     seen_edges: set[tuple[str, str]] = set()
+    drawn: list[tuple[str, str]] = []
     copies = 0
     for src, dst, site in edges:
         a, b = groups[src], groups[dst]
@@ -522,9 +624,11 @@ def _emit(
             if a == b or (a, b) in seen_edges:
                 continue
             seen_edges.add((a, b))
+            drawn.append((a, b))
             lines.append(f"  {_quote(a)} -> {_quote(b)};")
             continue
         copies += 1
+        drawn.append((a, b))
         entry = copy_entries[site]
         tip = f"copy {entry.src} -> {entry.dst}, {bytes_text(entry.bytes)}"
         if entry.predicted_ms is not None:
@@ -534,6 +638,11 @@ def _emit(
             f'penwidth=2.2, style=bold, arrowsize=0.9, fontcolor="{_COPY_COLOR}", fontsize=11, '
             f"tooltip={_quote(tip)}, label={_quote(' copy ' + bytes_text(entry.bytes))}];"
         )
+    degree: dict[str, int] = {}
+    for a, b in drawn:
+        degree[a] = degree.get(a, 0) + 1
+        degree[b] = degree.get(b, 0) + 1
+    densest = max(degree, key=lambda k: degree[k], default="")
     lines.append("  subgraph cluster_legend {")
     lines.append('    label="legend"; style="rounded"; color="#999999"; id="legend"; class="legend";')
     entries = [f"legend:{d}" for d in names]
@@ -559,4 +668,15 @@ def _emit(
         lines.append(f"    {_quote(a)} -> {_quote(b)} [style=invis];")
     lines.append("  }")
     lines.append("}")
-    return Picture("\n".join(lines) + "\n", per_device, copies, collapsed, legend, folded_total)
+    return Picture(
+        "\n".join(lines) + "\n",
+        per_device,
+        copies,
+        collapsed,
+        legend,
+        folded_total,
+        nodes=len(members),
+        edges=len(drawn),
+        max_edges_per_node=degree.get(densest, 0),
+        densest_node=densest,
+    )

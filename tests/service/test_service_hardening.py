@@ -201,12 +201,12 @@ def test_admission_bounds_in_flight_bytes() -> None:
     asyncio.run(scenario())
 
 
-def test_uvicorn_limit_sits_above_the_admission_bound() -> None:
+def test_connection_bound_sits_above_the_admission_bound() -> None:
     s = Settings(pool_size=2, compile_workers=1, max_queued_requests=5)
     assert s.admission_requests == 8
-    assert s.uvicorn_limit_concurrency > s.admission_requests
+    assert s.open_connections > s.admission_requests
     assert (
-        Settings(pool_size=2, max_connections=3).uvicorn_limit_concurrency
+        Settings(pool_size=2, max_connections=3).open_connections
         > Settings(pool_size=2).admission_requests
     )
     assert Settings(max_body_bytes=64 << 20, max_inflight_bytes=1 << 20).admission_bytes == 64 << 20

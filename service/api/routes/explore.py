@@ -14,11 +14,20 @@ from fastapi.responses import HTMLResponse, Response
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
 from service.api.routes.plan import PLAN_PROBLEMS, submit_plan
-from service.errors import PICTURE_UNAVAILABLE
+from service.errors import PICTURE_LIMIT, PICTURE_TOO_DENSE, PICTURE_UNAVAILABLE
 from service.examples import PICTURE_EXAMPLES
 from service.logs import current_request_id
 from service.models import PlanRequest, to_plan_job
-from service.picture import MAX_NODES, PictureUnavailable, dot_path, render_svg
+from service.picture import (
+    MAX_NODES,
+    DensityBounds,
+    PictureLimit,
+    PictureUnavailable,
+    RenderLimits,
+    dot_path,
+    render_svg,
+    too_dense,
+)
 from service.planning import PlanFailure
 from service.problems import ProblemError, failure_to_problem, problem_responses
 
@@ -50,14 +59,17 @@ async def explore(request: Request) -> HTMLResponse:
     'their bytes, pinned nodes outlined, every node with its id (use it in `{"node": ID}` selectors). '
     "Over `max_nodes` operators, runs of operators on one device collapse into one node with its count; "
     "`expand` keeps the runs of the listed node ids open. Needs Graphviz `dot` on the server "
-    "(503 `picture-unavailable` without it).",
+    "(503 `picture-unavailable` without it). A graph past the drawing bounds (nodes, edges, edges at one "
+    "node) is a 422 `picture-too-dense` naming its counts, refused before Graphviz starts; Graphviz runs "
+    "under a CPU and a memory limit (504 `picture-limit` past them).",
     response_class=Response,
     responses={
         200: {"content": {SVG_MEDIA_TYPE: {"schema": {"type": "string"}}}, "description": "The SVG."},
-        **problem_responses(*PLAN_PROBLEMS, PICTURE_UNAVAILABLE),
+        **problem_responses(*PLAN_PROBLEMS, PICTURE_UNAVAILABLE, PICTURE_TOO_DENSE, PICTURE_LIMIT),
     },
 )
 async def plan_picture(
+    http: Request,
     request: Annotated[PlanRequest, Body(openapi_examples=PICTURE_EXAMPLES)],
     settings: SettingsDep,
     pool: PoolDep,
@@ -77,8 +89,34 @@ async def plan_picture(
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
     picture = result["ok"]["picture"]
-    try:
-        svg = await asyncio.to_thread(render_svg, picture["dot"])
-    except PictureUnavailable as err:
-        raise ProblemError(PICTURE_UNAVAILABLE, str(err)) from None
+    bounds = DensityBounds(
+        settings.picture_max_drawn_nodes, settings.picture_max_drawn_edges, settings.picture_max_edges_per_node
+    )
+    dense = too_dense(picture, bounds)
+    if dense is not None:
+        raise ProblemError(
+            PICTURE_TOO_DENSE,
+            dense,
+            nodes=picture.get("nodes"),
+            edges=picture.get("edges"),
+            max_edges_per_node=picture.get("max_edges_per_node"),
+        )
+    limits = RenderLimits(settings.picture_cpu_s, settings.picture_memory_bytes)
+    # One Graphviz at a time per planning slot: each may use its whole memory limit.
+    async with picture_slots(http, settings.pool_size):
+        try:
+            svg = await asyncio.to_thread(render_svg, picture["dot"], limits)
+        except PictureUnavailable as err:
+            raise ProblemError(PICTURE_UNAVAILABLE, str(err)) from None
+        except PictureLimit as err:
+            raise ProblemError(PICTURE_LIMIT, str(err)) from None
     return Response(svg, media_type=SVG_MEDIA_TYPE)
+
+
+def picture_slots(http: Request, size: int) -> asyncio.Semaphore:
+    """The app's bound on Graphviz runs at once (made on first use, in the app's loop)."""
+    slots: asyncio.Semaphore | None = getattr(http.app.state, "picture_slots", None)
+    if slots is None:
+        slots = asyncio.Semaphore(size)
+        http.app.state.picture_slots = slots
+    return slots
