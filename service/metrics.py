@@ -23,7 +23,6 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
-
 class _LogDrops(Collector):
     """devplan_log_records_dropped_total{process}: read from service.logs at scrape time
     (logging is process-wide, the registry per app)."""
@@ -79,6 +78,11 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("devplan_plans_in_flight", "Plans running or waiting for a slot.", registry=r)
+        self.admitted = Gauge(
+            "devplan_admitted_requests",
+            "Requests with a body admitted now (running, waiting for a slot or still sending their body).",
+            registry=r,
+        )
         self.inflight_bytes = Gauge(
             "devplan_inflight_request_bytes", "Body bytes held by admitted requests.", registry=r
         )

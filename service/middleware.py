@@ -159,6 +159,7 @@ class ServiceMiddleware:
         finally:
             if admitted and self.admission is not None:
                 self.admission.requests -= 1
+                self.metrics.admitted.set(self.admission.requests)
                 self.admission.held_bytes -= reserved[0]
                 self.metrics.inflight_bytes.set(self.admission.held_bytes)
             elapsed = time.perf_counter() - start
@@ -207,6 +208,7 @@ class ServiceMiddleware:
         if self.admission.requests >= self.admission.max_requests:
             return False
         self.admission.requests += 1
+        self.metrics.admitted.set(self.admission.requests)
         return True
 
     def _reserve(self, n: int, reserved: list[int]) -> None:
