@@ -116,6 +116,13 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
         help="optimize: a device's memory budget, e.g. cuda=8GiB (B, KB/MB/GB, KiB/MiB/GiB; repeatable)",
     )
     add(
+        "--no-overlap",
+        dest="overlap",
+        action="store_false",
+        help="optimize: price every copy synchronously (as accelerate runs a device map); by default copies "
+        "of weights overlap compute",
+    )
+    add(
         "--accelerate-device-map",
         metavar="FILE.json",
         help="Relax: accelerate's device_map (JSON {module: 0 | \"cuda:1\" | \"cpu\" | \"disk\"}, as "
@@ -617,7 +624,11 @@ def _optimize_options(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(profile, dict):
             raise UsageError(f"--device-profiles: the profile of {name.strip()} must be an object")
         profile["memory_bytes"] = nbytes
-    options: dict[str, Any] = {"mode": args.mode, "assume_dim": _assume_dim(args.assume_dim)}
+    options: dict[str, Any] = {
+        "mode": args.mode,
+        "assume_dim": _assume_dim(args.assume_dim),
+        "overlap": getattr(args, "overlap", True),
+    }
     for field, value in raw.items():
         try:
             options[field] = plain_option(field, value)

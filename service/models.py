@@ -372,6 +372,12 @@ class PlanRequest(BaseModel):
     assume_dim: int = Field(
         1, ge=1, le=1 << 30, description="Optimize mode: what a symbolic dimension (`?`) counts as."
     )
+    overlap: bool = Field(
+        True,
+        description="Optimize mode: copies of weights run on a copy stream per link beside each device's compute, "
+        "prefetched one streamed reader ahead within the memory budget (the predicted time is that schedule's "
+        "length); false prices every copy synchronously, as accelerate executes a device map.",
+    )
     accelerate_device_map: dict[Annotated[str, Field(max_length=1024)], AccelerateDevice] | None = Field(
         None,
         max_length=100_000,
@@ -407,6 +413,7 @@ class PlanRequest(BaseModel):
             links=_plain_links(self.links),
             cost_table=_plain_cost_table(self.cost_table),
             assume_dim=self.assume_dim,
+            overlap=self.overlap,
         )
 
 
@@ -542,7 +549,19 @@ class DeviceCostOut(BaseModel):
         ..., description="Predicted time on the device: its kernels plus the copies into it (`copy_ms`)."
     )
     copy_ms: float = Field(0.0, description="Predicted time of the copies into the device (part of `predicted_ms`).")
-    weight_bytes: int = Field(..., description="Weights (parameters and constants) placed there.")
+    kernel_ms: float = Field(0.0, description="Predicted time of the device's kernels: `predicted_ms` less `copy_ms`.")
+    overlap_hidden_ms: float = Field(
+        0.0,
+        description="The part of `copy_ms` that runs beside compute (weights copied ahead on the link's copy "
+        "stream); 0 with `overlap: false`. The plan's `predicted_ms` is the sum over devices of `predicted_ms` "
+        "less `overlap_hidden_ms`.",
+    )
+    weight_bytes: int = Field(..., description="Weights (parameters and constants) resident there for the whole run.")
+    peak_memory_bytes: int = Field(
+        0,
+        description="The most bytes the device holds at once: resident weights, live activations, weights "
+        "streamed in for their readers and prefetched ones (memory by liveness).",
+    )
 
 
 class EstimateOut(BaseModel):
@@ -580,6 +599,16 @@ class CostOut(BaseModel):
         description='How the plan was found and proven (docs/optimize.md section 7): "single choice", '
         '"min-cut", "min-cut + budget", "min-cut + budget (dual bound)", "highs (optimal)", '
         '"highs (run time optimal)", "search + highs", "search", "z3", "z3 (time-out)".',
+    )
+    peak_memory_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per device, the most bytes it holds at once under the plan (memory by liveness: resident "
+        "weights, live activations, streamed and prefetched weights); memory budgets are checked against it.",
+    )
+    overlap: bool = Field(
+        False,
+        description="Whether `predicted_ms` is the overlapped schedule's length (copies of weights beside "
+        "compute) rather than the sum of kernel and copy times.",
     )
     solver_ms: float = Field(..., description="Time spent choosing the devices.")
     estimates: list[EstimateOut] = Field(

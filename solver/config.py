@@ -80,6 +80,11 @@ class PlanConfig:
     cost_table: Mapping[str, Any] | None = None
     # what a symbolic dimension (`?`) counts as in costs and budgets
     assume_dim: int = 1
+    # Optimize mode: copies of weights run on a copy stream per link beside
+    # compute, prefetched one streamed reader ahead (docs/optimize.md, memory
+    # and overlap); False prices every copy synchronously, as accelerate runs
+    # a device map.
+    overlap: bool = True
     # The language the module was written in. "relax": the bridge's
     # translation of a Relax module (tvm_bridge/relax_translate.py), whose
     # operator names TVM's Relax registry checked and whose every node states
@@ -141,6 +146,8 @@ def check_config(config: PlanConfig) -> None:
         or config.timeout_ms <= 0
     ):
         raise PlanConfigError(f"timeout_ms must be a positive integer, got {config.timeout_ms!r}")
+    if not isinstance(config.overlap, bool):
+        raise PlanConfigError(f"overlap must be true or false, got {config.overlap!r}")
     if isinstance(config.assume_dim, bool) or not isinstance(config.assume_dim, int) or config.assume_dim < 1:
         raise PlanConfigError(f"assume_dim must be a positive integer, got {config.assume_dim!r}")
     if not isinstance(config.z3_check, bool):

@@ -42,6 +42,8 @@ class PlanOptions:
     # {"version": 1, "entries": [{"key", "device", "ns"}, ...]}
     cost_table: Mapping[str, Any] | None = None
     assume_dim: int = 1
+    # Optimize mode: weight copies overlap compute (False: synchronous, as accelerate runs a map).
+    overlap: bool = True
 
     def to_config(
         self, *, timeout_ms: int | None = None, clock: Callable[[], float] = time.monotonic

@@ -266,3 +266,32 @@ def schedule(problem: object, assign: Sequence[int], overlap: bool) -> Schedule:
         ahead = extra.get(d, [0] * n)
         peak[d] = peak.get(d, 0) + max((a + b for a, b in zip(steps, ahead)), default=0)
     return Schedule(total, kernel, copies, {d: max(0, h) for d, h in hidden.items()}, peak)
+
+
+def overlap_bound(problem: object, sync_bound_ns: int) -> int:
+    """A lower bound (ns) on the overlapped run time of every plan, from a
+    lower bound on the synchronous one: overlap hides at most the copies of
+    weights, so the bound less the longest each weight's copies can take,
+    and never below every kernel at its cheapest device. Without budgets a
+    weight free to go anywhere can sit with the reader of its longest copy,
+    so its hidden copies are at most the others (the plan that moves it there
+    costs at least the synchronous bound)."""
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    live = problem.liveness
+    cheapest = problem.fixed_ns + sum(min(problem.unary[c][d] for d in ok) for c, ok in enumerate(problem.allowed))
+    k = len(problem.devices)
+    times: dict[int, list[int]] = {}
+    for _u, v, b, uses in problem.edges:
+        if live.weight[v]:
+            longest = max(
+                (problem.edge_ns(b, s, t, uses) for s in range(k) for t in range(k) if s != t and problem.links[s][t]),
+                default=0,
+            )
+            times.setdefault(v, []).append(longest)
+    hidden = 0
+    for v, spans in times.items():
+        free = not problem.budgets and len(problem.allowed[v]) == k
+        hidden += sum(spans) - (max(spans) if free else 0)
+    return max(cheapest, sync_bound_ns - hidden)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .sizes import Estimate
@@ -15,15 +15,26 @@ class DeviceCost:
 
     operators: int
     predicted_ms: float  # its kernels' time plus `copy_ms`
-    weight_bytes: int
+    weight_bytes: int  # weights resident on the device (stored there for the whole run)
     copy_ms: float = 0.0  # the copies into the device (part of `predicted_ms`)
+    kernel_ms: float = 0.0  # its kernels' time: `predicted_ms` less `copy_ms`
+    # the part of `copy_ms` that ran beside compute (a copy stream per link, weights
+    # prefetched one streamed reader ahead); 0 without overlap. The plan's
+    # `predicted_ms` is the sum over devices of `predicted_ms - overlap_hidden_ms`.
+    overlap_hidden_ms: float = 0.0
+    # the most bytes the device holds at once: resident weights, live activations,
+    # copies in (streamed weights) and prefetched weights (`solver.optimize.memory`)
+    peak_memory_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "operator_calls": self.operators,  # operator calls, not expressions
             "predicted_ms": self.predicted_ms,
             "copy_ms": self.copy_ms,
+            "kernel_ms": self.kernel_ms,
+            "overlap_hidden_ms": self.overlap_hidden_ms,
             "weight_bytes": self.weight_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
         }
 
 
@@ -41,6 +52,12 @@ class CostReport:
     bound_ms: float
     solver_ms: float
     estimates: tuple[Estimate, ...] = ()
+    # device name -> the most bytes it holds at once under the plan (memory by
+    # liveness, `solver.optimize.memory`); budgets are checked against it
+    peak_memory_bytes: Mapping[str, int] = field(default_factory=dict)
+    # whether `predicted_ms` is the overlapped schedule's length (copies of
+    # weights beside compute) or the synchronous sum of kernel and copy times
+    overlap: bool = False
     # how the plan was found and proven (docs/optimize.md section 7): "single choice",
     # "min-cut", "min-cut + budget", "min-cut + budget (dual bound)", "z3", "z3 (time-out)",
     # "highs (optimal)", "highs (run time optimal)", "search + highs (<HiGHS status>)", "search"
@@ -67,6 +84,8 @@ class CostReport:
             "optimal": self.optimal,
             "bound_ms": self.bound_ms,
             "gap": self.gap,
+            "peak_memory_bytes": dict(self.peak_memory_bytes),
+            "overlap": self.overlap,
             "method": self.method,
             "solver_ms": self.solver_ms,
             "estimates": [e.to_json() for e in self.estimates],

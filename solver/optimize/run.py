@@ -41,6 +41,7 @@ from ..steps import (
 from .cost_model import ns_to_ms
 from .cut_collector import CutCollector, as_cut
 from .explain import budget_conflict, cost_reason, support_conflict
+from .memory import overlap_bound, schedule
 from .problem import (
     Built,
     Problem,
@@ -178,7 +179,7 @@ def optimize(
     lap("rewrite")
 
     _, ns, copies, nbytes = evaluate(problem, weights, solution.assign)
-    report = _report(problem, solution, weights, built, ns, copies, nbytes, times)
+    report = _report(problem, solution, weights, built, ns, copies, nbytes, times, config.overlap)
     started = time.perf_counter()
     tvm_ms, reason = tvm_mode_prediction(module, config, deadline.remaining_ms())
     report = dataclasses.replace(report, tvm_mode_predicted_ms=tvm_ms, tvm_mode_reason=reason)
@@ -218,7 +219,12 @@ def _report(
     copies: int,
     nbytes: int,
     times: Mapping[str, float],
+    overlap: bool = False,
 ) -> CostReport:
+    """The cost report of a plan: the synchronous price `ns` (kernels and
+    copies), or with `overlap` the length of the overlapped schedule
+    (`memory.schedule`), per device its share, and the peak memory by liveness."""
+    timed = schedule(problem, solution.assign, overlap)
     # per device: operator calls, kernel + copy ns, weight bytes, copy ns (a copy
     # counts on the device it copies into)
     per: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in problem.names}
@@ -236,12 +242,25 @@ def _report(
     for d, ns_in in problem.fixed_copy_ns.items():
         per[problem.names[d]][1] += ns_in
         per[problem.names[d]][3] += ns_in
+    index = {name: d for d, name in enumerate(problem.names)}
     per_device = {
-        name: DeviceCost(row[0], ns_to_ms(row[1]), row[2], copy_ms=ns_to_ms(row[3]))
+        name: DeviceCost(
+            row[0],
+            ns_to_ms(row[1]),
+            row[2],
+            copy_ms=ns_to_ms(row[3]),
+            kernel_ms=ns_to_ms(row[1] - row[3]),
+            overlap_hidden_ms=ns_to_ms(timed.hidden_ns.get(index[name], 0)),
+            peak_memory_bytes=timed.peak_bytes.get(index[name], 0),
+        )
         for name, row in per.items()
         if row[0] or row[1] or row[2]
     }
     lower_ns = solution.lower // weights.per_ns
+    if overlap:
+        # The solvers bound the synchronous price; overlap hides weight copies only.
+        lower_ns = overlap_bound(problem, lower_ns)
+        ns = timed.total_ns
     seen: set[tuple[str, str, int | None, int | None]] = set()
     estimates = []
     for e in built.estimates:
@@ -256,8 +275,10 @@ def _report(
         copies=copies,
         bytes_copied=nbytes,
         per_device=per_device,
-        optimal=solution.lower >= solution.objective,
+        optimal=solution.lower >= solution.objective and (not overlap or lower_ns >= ns),
         bound_ms=ns_to_ms(min(lower_ns, ns)),
+        peak_memory_bytes={problem.names[d]: b for d, b in sorted(timed.peak_bytes.items()) if b},
+        overlap=overlap,
         solver_ms=times.get("solve", 0.0),
         estimates=tuple(estimates),
         method=solution.method,
@@ -295,7 +316,8 @@ class Evaluation:
 
 
 def evaluate_planned(planned: Module, config: PlanConfig, pins: bool = False) -> Evaluation:
-    """The predicted cost of the TVM mode's plan of `planned` under `config`'s
+    """The predicted cost (synchronous: kernels plus the module's own copies,
+    each a `device_copy`) of the TVM mode's plan of `planned` under `config`'s
     cost model: for a module the planner wrote (every device explicit), that
     module's own placement; with `pins`, the request's pins apply too (the
     TVM-mode prediction of a request). Raises PlanningConflict when the plan

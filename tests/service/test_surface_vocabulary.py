@@ -165,7 +165,9 @@ def test_summary_says_what_compile_would_build(http: Any) -> None:
 def test_counts_are_named_for_what_they_count(http: Any) -> None:
     body = http.post("/plan", json=_example("optimize_head_on_cpu")).json()
     per_device = body["cost"]["per_device"]
-    assert all(set(d) == {"operator_calls", "predicted_ms", "copy_ms", "weight_bytes"} for d in per_device.values())
+    fields = {"operator_calls", "predicted_ms", "copy_ms", "kernel_ms", "overlap_hidden_ms", "weight_bytes",
+              "peak_memory_bytes"}
+    assert all(set(d) == fields for d in per_device.values())
     calls = sum(d["operator_calls"] for d in per_device.values())
     expressions = sum(body["summary"]["expressions_by_device"].values())
     assert 0 < calls < expressions  # every call is an expression, not every expression a call
