@@ -171,7 +171,7 @@ class Settings(BaseSettings):
         description="Measured worker memory per byte of module text, used to reject at once (422 "
         "module-too-large) a module that cannot fit in worker_memory_bytes. 0 disables the estimate.",
     )
-    # Pictures (POST /plan/picture): docs/security.md "Pictures".
+    # Pictures (POST /plan/picture): docs/security.md, "The web process under hostile callers".
     picture_cpu_s: float = Field(
         20.0, gt=0, description="CPU seconds one Graphviz run may use (RLIMIT_CPU; twice this as wall clock); "
         "past it the picture is a 504 picture-limit."

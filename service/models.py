@@ -167,14 +167,22 @@ class OpSupport(BaseModel):
     )
 
 
+# Rates and overheads a request may set: every time the cost model derives from them (bytes and
+# FLOPs within int64 over the slowest rate, plus the largest overhead) stays a finite number.
+MIN_RATE = 1e-6
+MAX_OVERHEAD_US = 1e9
+
+
 class DeviceProfileIn(BaseModel):
     """Overrides of one device's built-in roofline profile (any subset)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    peak_gflops: float | None = Field(None, gt=0, description="Peak compute rate, GFLOP/s.")
-    mem_gbps: float | None = Field(None, gt=0, description="Memory bandwidth, GB/s.")
-    launch_us: float | None = Field(None, ge=0, description="Per-kernel launch overhead, microseconds.")
+    peak_gflops: float | None = Field(None, ge=MIN_RATE, description="Peak compute rate, GFLOP/s.")
+    mem_gbps: float | None = Field(None, ge=MIN_RATE, description="Memory bandwidth, GB/s.")
+    launch_us: float | None = Field(
+        None, ge=0, le=MAX_OVERHEAD_US, description="Per-kernel launch overhead, microseconds."
+    )
     memory_bytes: ByteSize | None = Field(
         None,
         description="Memory budget in bytes (an integer, or `8GiB`, `60MB`, ... as `--memory-budget` "
@@ -182,7 +190,7 @@ class DeviceProfileIn(BaseModel):
     )
     disk_read_gbps: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_RATE,
         description="The host's read bandwidth for weights an accelerate map stores on `\"disk\"`, GB/s "
         "(default 2.0): each such weight is read once per forward pass, before its copy to the GPU.",
     )
@@ -193,8 +201,10 @@ class LinkIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    gbps: float | None = Field(None, gt=0, description="Bandwidth, GB/s.")
-    latency_us: float | None = Field(None, ge=0, description="Fixed latency per copy, microseconds.")
+    gbps: float | None = Field(None, ge=MIN_RATE, description="Bandwidth, GB/s.")
+    latency_us: float | None = Field(
+        None, ge=0, le=MAX_OVERHEAD_US, description="Fixed latency per copy, microseconds."
+    )
 
 
 class CostTableEntry(BaseModel):

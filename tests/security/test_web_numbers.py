@@ -89,3 +89,31 @@ def test_a_target_within_the_bound_still_plans(server: RunningServer) -> None:
     }
     response = _plan(server, body)
     assert response.status_code == 200, response.text
+
+
+def test_cost_numbers_at_their_bounds_plan_and_past_them_are_422(server: RunningServer) -> None:
+    # The largest tensors a shape may hold, priced at the slowest rates and largest overheads
+    # a request may set: every time stays a finite number (these were 500s at 1e308).
+    module = _module(
+        "%0 = nn.dense(%x, %w);\n  nn.relu(%0)",
+        params="%x: Tensor[(3037000499, 3037000499), float32], %w: Tensor[(3037000499, 3037000499), float32]",
+    )
+    slowest = {"peak_gflops": 1e-6, "mem_gbps": 1e-6, "launch_us": 1e9}
+    body = {
+        "module": module,
+        "mode": "optimize",
+        "virtual_devices": ["cpu", "cuda"],
+        "device_profiles": {"cpu": slowest, "cuda": slowest},
+        "links": {
+            "cpu->cuda": {"gbps": 1e-6, "latency_us": 1e9},
+            "cuda->cpu": {"gbps": 1e-6, "latency_us": 1e9},
+        },
+    }
+    response = _plan(server, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["cost"]["predicted_ms"] > 1e9
+    for field, value in (("launch_us", 1e308), ("mem_gbps", 1e-300)):
+        past = {**body, "device_profiles": {"cuda": {field: value}}}
+        refused = _plan(server, past)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"].startswith(f"body.device_profiles.cuda.{field}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import platform
 from importlib import metadata
 
@@ -53,4 +54,5 @@ async def version() -> VersionResponse:
     },
 )
 async def metrics(m: MetricsDep) -> Response:
-    return Response(m.render(), media_type=m.content_type)
+    # In a thread: in queue mode the farm's collector reads Redis, which must not hold the event loop.
+    return Response(await asyncio.to_thread(m.render), media_type=m.content_type)
