@@ -77,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.pool = pool
+    # Graphviz runs at once (POST /plan/picture): one per planning slot, each may use its memory limit.
+    app.state.picture_slots = asyncio.Semaphore(settings.pool_size)
     if settings.queue_url:
         # Queue mode: one queue client per app, whose collector reads the farm's state from Redis.
         app.state.job_queue = JobQueue(settings)

@@ -103,7 +103,8 @@ async def plan_picture(
         )
     limits = RenderLimits(settings.picture_cpu_s, settings.picture_memory_bytes)
     # One Graphviz at a time per planning slot: each may use its whole memory limit.
-    async with picture_slots(http, settings.pool_size):
+    slots: asyncio.Semaphore = http.app.state.picture_slots
+    async with slots:
         try:
             svg = await asyncio.to_thread(render_svg, picture["dot"], limits)
         except PictureUnavailable as err:
@@ -112,11 +113,3 @@ async def plan_picture(
             raise ProblemError(PICTURE_LIMIT, str(err)) from None
     return Response(svg, media_type=SVG_MEDIA_TYPE)
 
-
-def picture_slots(http: Request, size: int) -> asyncio.Semaphore:
-    """The app's bound on Graphviz runs at once (made on first use, in the app's loop)."""
-    slots: asyncio.Semaphore | None = getattr(http.app.state, "picture_slots", None)
-    if slots is None:
-        slots = asyncio.Semaphore(size)
-        http.app.state.picture_slots = slots
-    return slots
