@@ -14,6 +14,7 @@ See docs/python.md.
 
 from importlib import metadata as _metadata
 
+from devplan._compile import compile
 from devplan._errors import (
     CompileError,
     ConfigError,
@@ -51,5 +52,6 @@ __all__ = [
     "TVMUnavailableError",
     "TypeCheckError",
     "__version__",
+    "compile",
     "plan",
 ]

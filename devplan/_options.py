@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticUndefined
 
 from devplan._errors import validation_error
@@ -18,29 +18,34 @@ from service.models import PlanRequest
 OPTION_NAMES: tuple[str, ...] = tuple(name for name in PlanRequest.model_fields if name != "module")
 
 
-def _default(name: str) -> Any:
-    info = PlanRequest.model_fields[name]
+def _default(name: str, model: type[BaseModel] = PlanRequest) -> Any:
+    info = model.model_fields[name]
     if info.default_factory is not None:
         return info.default_factory()  # type: ignore[call-arg]
     return None if info.default is PydanticUndefined else info.default
 
 
-def signature(func: Callable[..., Any], *, module: bool) -> inspect.Signature:
-    """`func`'s signature with one keyword-only parameter per request field (its
-    default the request's), after `module` when `module`."""
+def signature(
+    func: Callable[..., Any], *, module: bool, model: type[BaseModel] = PlanRequest, extra: tuple[str, ...] = ()
+) -> inspect.Signature:
+    """`func`'s signature with one keyword-only parameter per field of the request
+    `model` (its default the request's), after `module` (when `module`) and the
+    positional parameters `extra`."""
     params = []
     if module:
         params.append(inspect.Parameter("module", inspect.Parameter.POSITIONAL_OR_KEYWORD))
-    for name in OPTION_NAMES:
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_default(name)))
+    params.extend(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in extra)
+    for name in model.model_fields:
+        if name != "module":
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_default(name, model)))
     return inspect.Signature(params, return_annotation=inspect.signature(func).return_annotation)
 
 
-def options_doc() -> str:
+def options_doc(model: type[BaseModel] = PlanRequest, only: tuple[str, ...] | None = None) -> str:
     """One line per keyword: its name and the request field's description."""
     lines = []
-    for name in OPTION_NAMES:
-        text = " ".join((PlanRequest.model_fields[name].description or "").split())
+    for name in only if only is not None else tuple(n for n in model.model_fields if n != "module"):
+        text = " ".join((model.model_fields[name].description or "").split())
         lines.append(f"    {name}: {text}")
     return "\n".join(lines)
 
@@ -54,18 +59,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def validate(caller: str, module_text: str, options: Mapping[str, Any]) -> PlanRequest:
+def validate(
+    caller: str, module_text: str, options: Mapping[str, Any], model: type[PlanRequest] = PlanRequest
+) -> PlanRequest:
     """The request of `module_text` with `options`, validated by the request model.
 
     An unknown keyword or a value of the wrong Python type is a TypeError (as for
     any Python function); a value of the right type that the schema refuses (a
     negative time limit, an unknown mode) is a `devplan.ConfigError` whose
     problem is the service's 422 validation-error."""
-    unknown = [name for name in options if name not in OPTION_NAMES]
+    unknown = [name for name in options if name == "module" or name not in model.model_fields]
     if unknown:
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
     try:
-        return PlanRequest.model_validate({"module": module_text, **_plain(dict(options))})
+        return model.model_validate({"module": module_text, **_plain(dict(options))})
     except ValidationError as err:
         found = err.errors()
         if all(str(e["type"]).endswith("_type") for e in found):

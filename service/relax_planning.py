@@ -199,12 +199,13 @@ def read_source(text: str, fmt: str, name: str, mode: str) -> RelaxSource:
     return RelaxSource(translation, naming(translation))
 
 
-def module_source(mod: Any, mode: str) -> RelaxSource:
+def module_source(mod: Any, mode: str, name: str = "<IRModule>") -> RelaxSource:
     """A Relax IRModule already in memory (the Python API's input) read for
     planning: translated as it is, without a text round trip, so the functions
-    the plan leaves alone keep their objects. It has no source text, so its
-    nodes are named by function and binding, without line:column."""
-    translation = translate(mod, None, mode)
+    the plan leaves alone keep their objects. Its nodes are named by function
+    and binding; where TVM kept the spans of the text it was parsed from (not
+    in TVM JSON), locations are `name:line:column` of that text."""
+    translation = translate(mod, SourceText(name, ""), mode)
     return RelaxSource(translation, naming(translation))
 
 

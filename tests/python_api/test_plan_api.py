@@ -238,6 +238,7 @@ def test_a_conflict_of_an_ir_module_names_bindings() -> None:
     expressions = [c["expression"] for c in problem["constraints"]]
     assert "a = R.hint_on_device(x)" in expressions and "c = R.add(a, b)" in expressions, problem
     assert "%" not in json.dumps(problem)
+    assert "<IRModule>:8:17" in str(raised.value)  # where TVM's spans put the hint in the parsed text
 
 
 def test_a_module_that_does_not_parse_is_a_located_parse_error() -> None:
