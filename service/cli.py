@@ -556,6 +556,7 @@ FIELD_FLAGS = {
     "assume_dim": "--assume-dim",
     "accelerate_device_map": "--accelerate-device-map",
     "accelerate_device_map_as": "--accelerate-device-map-as",
+    "overlap": "--no-overlap",
 }
 # The request fields the commands take in other ways than a planning flag: `compile` and
 # `plan` both read INPUT; `plan` alone has the output flags (its -o, --report, --why, ...).
