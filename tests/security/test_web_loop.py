@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -11,6 +13,8 @@ import httpx
 import pytest
 
 from service import diff
+from service.api import offloop
+from service.api.offloop import OFF_LOOP_BYTES
 from tests.conftest import RunningServer
 
 from .web_client import HANG_GUARD_S, hostile_reports
@@ -90,3 +94,35 @@ def test_matching_past_the_plan_time_limit_is_a_504_and_the_worker_is_replaced(
         small_before, small_after = hostile_reports(3)
         again = client.post("/plan/diff", json={"before": small_before, "after": small_after})
         assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize(("size", "off_loop"), [(100, False), (OFF_LOOP_BYTES + 1, True)])
+def test_big_json_bodies_decode_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, size: int, off_loop: bool
+) -> None:
+    body = json.dumps({"module": "x" * size}).encode()
+    threads: list[int] = []
+    real_loads = json.loads
+
+    def loads(text: bytes) -> Any:
+        threads.append(threading.get_ident())
+        return real_loads(text)
+
+    monkeypatch.setattr(offloop.json, "loads", loads)
+
+    async def decode() -> tuple[Any, int]:
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        request = offloop.OffLoopJSONRequest({"type": "http", "method": "POST", "headers": []}, receive)
+        return await request.json(), threading.get_ident()
+
+    decoded, loop_thread = asyncio.run(decode())
+    assert decoded == {"module": "x" * size}
+    assert len(threads) == 1 and (threads[0] != loop_thread) is off_loop

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.api.offloop import OffLoopJSONRoute
 from service.api.routes.plan import PLAN_PROBLEMS, submit_plan
 from service.errors import PICTURE_LIMIT, PICTURE_TOO_DENSE, PICTURE_UNAVAILABLE
 from service.examples import PICTURE_EXAMPLES
@@ -31,7 +32,7 @@ from service.picture import (
 from service.planning import PlanFailure
 from service.problems import ProblemError, failure_to_problem, problem_responses
 
-router = APIRouter(tags=["plan"])
+router = APIRouter(tags=["plan"], route_class=OffLoopJSONRoute)  # big bodies decode in a thread
 page_router = APIRouter(include_in_schema=False)
 
 STATIC_PREFIX = "/explore/static"

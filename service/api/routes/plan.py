@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from service import problems
 from service.api.deps import MetricsDep, PoolDep, SettingsDep
+from service.api.offloop import OffLoopJSONRoute
 from service.errors import kind_of
 from service.examples import PLAIN, PLAN_EXAMPLES
 from service.logs import current_request_id
@@ -23,7 +24,7 @@ from service.planning import KIND_CONFLICT, KIND_TIMEOUT, PlanFailure, deadline_
 from service.pool import Job, PlanPool, PoolBusy
 from service.problems import OVERLOADED, ProblemError, failure_to_problem, problem_responses
 
-router = APIRouter(tags=["plan"])
+router = APIRouter(tags=["plan"], route_class=OffLoopJSONRoute)  # big bodies decode in a thread
 log = logging.getLogger("devplan.service")
 
 # The problems of every route that plans a module (POST /plan, /plan/picture), in
