@@ -21,7 +21,7 @@ from .web_client import HANG_GUARD_S, hostile_reports
 
 
 def test_healthz_answers_while_a_costly_diff_is_in_flight(server: RunningServer) -> None:
-    before, after = hostile_reports(20_000)
+    before, after = hostile_reports(6_000)  # about a second of matching here
     events: list[tuple[str, int]] = []
     answer: dict[str, Any] = {}
 
@@ -44,9 +44,9 @@ def test_healthz_answers_while_a_costly_diff_is_in_flight(server: RunningServer)
     finally:
         poster.join()
     assert events == [("healthz", 200), ("diff", 200)]
-    # The worker's answer is the library's.
-    assert answer["matched"] == diff.diff_reports(before, after)["matched"]
-    assert len(answer["added"]) == len(answer["removed"]) == 20_000 - answer["matched"]
+    # Only the two parameters (and the first operator, by its consumers) match.
+    assert answer["matched"] == 3
+    assert len(answer["added"]) == len(answer["removed"]) == 6_000 - 3
 
 
 def test_hostile_reports_match_like_the_library(server: RunningServer) -> None:
