@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter, Request
 
@@ -22,6 +23,7 @@ from service.sandbox import SandboxConfig
 router = APIRouter(tags=["health"])
 
 Z3_PROBE_TIMEOUT_MS = 2000
+_PROBE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="devplan-readyz")
 
 
 def z3_probe() -> None:
@@ -82,7 +84,9 @@ async def readyz(request: Request, pool: PoolDep) -> ReadyResponse:
         raise ProblemError(NOT_READY, f"{dependency} does not answer: {why}", dependency=dependency)
     start = time.perf_counter()
     try:
-        await asyncio.to_thread(z3_probe)
+        # Its own thread, not the default executor: callers' work there (decoding and checking big
+        # bodies, writing answers) must not make a health check wait.
+        await asyncio.get_running_loop().run_in_executor(_PROBE_THREAD, z3_probe)
     except Exception as err:  # noqa: BLE001 - any failure of the probe means not ready
         raise ProblemError(NOT_READY, f"the Z3 probe failed: {type(err).__name__}: {err}") from None
     probe_ms = round((time.perf_counter() - start) * 1000, 3)
