@@ -783,7 +783,14 @@ def accelerate_lines(
         lines.append(f"device map (module names: {as_map.names}):")
         lines.extend(device_map_table(groups).splitlines())
     expressible = "expressible" if as_map.expressible else "not expressible"
-    lines.append(f"as accelerate's device_map ({expressible}): {json.dumps(dict(as_map.device_map))}")
+    inline = f"as accelerate's device_map ({expressible}): {json.dumps(dict(as_map.device_map))}"
+    if len(inline) <= SUMMARY_WIDTH:
+        lines.append(inline)
+    else:  # a model's worth of modules: the JSON is in the report, ready to load
+        lines.append(
+            f"as accelerate's device_map ({expressible}): {len(as_map.device_map)} modules, "
+            "in --report's accelerate_device_map (HTTP: include [\"placements\"])"
+        )
     for fault in as_map.faults:
         lines.append(f"  at fault: {fault.module or '(no module)'}: {fault.reason}")
     return lines
@@ -854,18 +861,25 @@ class DeviceTable:
 
 
 def device_table(cost: Mapping[str, Any] | None, record: PlacementRecord) -> DeviceTable | None:
-    """One row per device: operator calls, weight bytes, kernel time, the time
-    of the copies into the device, and their sum; a last row of totals, whose
-    sum is the plan's predicted time. In optimize mode the figures are
-    `cost.per_device` (a device's `predicted_ms` is its kernels plus
-    `copy_ms`); in the TVM mode they are the placement record's prices (each
-    copy counted on the device it copies into), the report's `prediction`.
-    None when the record is not priced (a plan without a view that shows times)."""
-    rows: list[tuple[str, int, int | None, float, float]] = []  # device, ops, weights, kernels, copies
+    """One row per device: operator calls, (optimize mode) resident weight bytes
+    and peak memory, kernel time, the time of the copies into the device, the
+    part of it hidden behind compute (with overlap), and the device's share:
+    kernels + copies - hidden. A last row of totals, whose share is the plan's
+    predicted time. In optimize mode the figures are `cost.per_device`
+    (`kernel_ms`, `copy_ms`, `overlap_hidden_ms`; the shares add up to
+    `cost.predicted_ms`); in the TVM mode they are the placement record's
+    prices (each copy counted on the device it copies into), the report's
+    `prediction`. None when the record is not priced (a plan without a view
+    that shows times)."""
+    # device, ops, weights, peak, kernels, copies, hidden
+    rows: list[tuple[str, int, int, int, float, float, float]] = []
     if cost is not None:
         for name, d in sorted(cost["per_device"].items(), key=_device_order):
             copies = float(d.get("copy_ms", 0.0))
-            rows.append((name, d["operator_calls"], d["weight_bytes"], d["predicted_ms"] - copies, copies))
+            kernels = float(d.get("kernel_ms", d["predicted_ms"] - copies))
+            hidden = float(d.get("overlap_hidden_ms", 0.0))
+            peak = int(d.get("peak_memory_bytes", 0))
+            rows.append((name, d["operator_calls"], d["weight_bytes"], peak, kernels, copies, hidden))
         total_ms = float(cost["predicted_ms"])
     else:
         times = record.device_times()
@@ -876,29 +890,43 @@ def device_table(cost: Mapping[str, Any] | None, record: PlacementRecord) -> Dev
             into[c.dst] = into.get(c.dst, 0.0) + (c.predicted_ms or 0.0)
         for name in sorted(set(times) | set(into), key=lambda n: _device_order((n, None))):
             ops, ms = times.get(name, (0, 0.0))
-            rows.append((name, ops, None, ms, into.get(name, 0.0)))
-        total_ms = round(sum(r[3] + r[4] for r in rows), 6)
+            rows.append((name, ops, 0, 0, ms, into.get(name, 0.0), 0.0))
+        total_ms = round(sum(r[4] + r[5] for r in rows), 6)
     width = max([24, *(len(r[0]) for r in rows)])
-    weighed = cost is not None  # weight bytes: the optimize mode's budgets count them
+    # Columns: the optimize mode's memory (its budgets count it) and, with overlap, the hidden time.
+    memory = cost is not None
+    overlap = cost is not None and (bool(cost.get("overlap")) or any(r[6] for r in rows))
 
-    def row(name: str, ops: object, weights: object, kernels: object, copies: object, total: object) -> str:
-        weight = f" {weights:>13}" if weighed else ""
-        return f"{name:<{width}} {ops:>9}{weight} {kernels:>11} {copies:>10} {total:>10}"
+    def row(cells: Sequence[object]) -> str:
+        name, ops, weights, peak, kernels, copies, hidden, total = cells
+        text = f"{name!s:<{width}} {ops!s:>9}"
+        if memory:
+            text += f" {weights!s:>13} {peak!s:>13}"
+        text += f" {kernels!s:>11} {copies!s:>10}"
+        if overlap:
+            text += f" {hidden!s:>10}"
+        return text + f" {total!s:>10}"
 
+    formula = "kernels ms + copies ms - hidden ms = total ms" if overlap else "kernels ms + copies ms = total ms"
     lines = [
-        "per device (cost model; kernels ms + copies ms = total ms; the last row is the predicted time):",
-        row("device", "operators", "weight bytes", "kernels ms", "copies ms", "total ms"),
+        f"per device (cost model; {formula}; the last row is the predicted time):",
+        row(("device", "operators", "weight bytes", "peak bytes", "kernels ms", "copies ms", "hidden ms", "total ms")),
     ]
-    for name, ops, weights, kernels, copies in rows:
-        lines.append(row(name, ops, weights, f"{kernels:.3f}", f"{copies:.3f}", f"{kernels + copies:.3f}"))
+    for name, ops, weights, peak, kernels, copies, hidden in rows:
+        share = kernels + copies - hidden
+        lines.append(row((name, ops, weights, peak, f"{kernels:.3f}", f"{copies:.3f}", f"{hidden:.3f}", f"{share:.3f}")))
     lines.append(
         row(
-            "total",
-            sum(r[1] for r in rows),
-            sum(r[2] or 0 for r in rows),
-            f"{sum(r[3] for r in rows):.3f}",
-            f"{sum(r[4] for r in rows):.3f}",
-            f"{total_ms:.3f}",
+            (
+                "total",
+                sum(r[1] for r in rows),
+                sum(r[2] for r in rows),
+                "-",  # peaks do not add up across devices
+                f"{sum(r[4] for r in rows):.3f}",
+                f"{sum(r[5] for r in rows):.3f}",
+                f"{sum(r[6] for r in rows):.3f}",
+                f"{total_ms:.3f}",
+            )
         )
     )
     return DeviceTable(lines, total_ms)
@@ -925,11 +953,8 @@ def cost_lines(cost: Mapping[str, Any]) -> list[str]:
     gap = cost.get("gap")
     gap_text = f"gap {gap:.2%}" if gap is not None else "no gap (bound 0)"
     proof = "optimal" if cost["optimal"] else f"best found, bound {cost['bound_ms']:.3f} ms, {gap_text}"
-    summary = (
-        f"predicted {cost['predicted_ms']:.3f} ms ({proof}; method {cost['method']}; "
-        f"solver {cost['solver_ms']:.1f} ms); TVM mode {tvm}"
-    )
-    lines = [summary]
+    summary = f"predicted {cost['predicted_ms']:.3f} ms ({proof}; method {cost['method']}; solver {cost['solver_ms']:.1f} ms)"
+    lines = [summary, f"TVM mode for the same request: {tvm}"]
     for e in cost.get("estimates", ()):
         lines.append(f"estimate{at_text(e)}: {e['kind']}: {e['message']}")
     return lines
