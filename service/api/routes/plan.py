@@ -243,7 +243,7 @@ async def _side_report(
     result = await submit_plan(job, pool, metrics, count_busy=False)
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
-    return report_from_response(result["ok"], job.options.mode)
+    return await asyncio.to_thread(report_from_response, result["ok"], job.options.mode)  # linear in the plan
 
 
 DIFF_REQUEST_BODY: dict[str, Any] = {
