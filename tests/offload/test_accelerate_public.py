@@ -128,14 +128,15 @@ def test_cli_takes_a_map_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"": "cpu", "model.layers.8": 0}))
     module = OFFLOAD / "llama_h1024_l8.json"
     report = tmp_path / "report.json"
-    done = run_devplan("plan", str(module), "--mode", "optimize", "--accelerate-device-map", str(good),
+    generous = ("--timeout-ms", "120000")  # a loaded machine reads the module slowly; the limit is not under test
+    done = run_devplan("plan", str(module), *generous, "--mode", "optimize", "--accelerate-device-map", str(good),
                        "--memory-budget", f"cuda={_maps()[0.5]['gpu_budget_bytes']}", "--report", str(report),
                        "-o", str(tmp_path / "planned.json"))
     assert done.returncode == 0, done.stderr
     written = json.loads(report.read_text())
     jsonschema.Draft202012Validator(load_schema()).validate(written)
     assert written["accelerate_input"]["as"] == "as-is" and written["accelerate_names"] == "request"
-    refused = run_devplan("plan", str(module), "--accelerate-device-map", str(bad), "-o", str(tmp_path / "x"))
+    refused = run_devplan("plan", str(module), *generous, "--accelerate-device-map", str(bad), "-o", str(tmp_path / "x"))
     assert refused.returncode != 0 and "model.layers.8" in refused.stderr
 
 
