@@ -31,7 +31,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import optimize as bench
 
 import solver
-from solver.deadline import Deadline
 from solver.optimize import (
     Problem,
     Weights,
@@ -41,7 +40,8 @@ from solver.optimize import (
 from solver.optimize.problem import identical_devices
 from solver.optimize.search import expand, fingerprint, obvious_plans
 from solver.optimize.search_lns import improve
-from solver.optimize.search_milp import _Model, _run_here
+from solver.optimize.search_milp import Effort, _Model, _run_here
+from solver.work import Work
 
 
 class _Captured(Exception):
@@ -55,7 +55,7 @@ def capture(module: Any, fields: dict[str, Any]) -> tuple[Problem, Weights]:
     """The problem the optimize pipeline builds for a request (not solved)."""
     original = run.solve
 
-    def grab(problem: Problem, weights: Weights, deadline: Deadline) -> None:
+    def grab(problem: Problem, weights: Weights, work: Work) -> None:
         raise _Captured(problem, weights)
 
     run.solve = grab  # type: ignore[assignment]
@@ -77,7 +77,7 @@ def main() -> None:
         "--windows",
         type=float,
         default=0.0,
-        help="seconds of the window search (search_lns) on the start before HiGHS (default 0)",
+        help="HiGHS nodes (thousands) of the window search (search_lns) on the start before HiGHS (default 0)",
     )
     parser.add_argument("labels", nargs="*")
     args = parser.parse_args()
@@ -87,16 +87,16 @@ def main() -> None:
         if args.labels and label not in args.labels:
             continue
         problem, weights = capture(load(), fields)
-        plans = obvious_plans(problem, weights, Deadline(60_000))
+        plans = obvious_plans(problem, weights, Work(1 << 62))
         start = None
         if plans:
             best = min(plans, key=lambda p: p.objective)
-            start = expand(problem, weights, best.assign, Deadline(60_000))
+            start = expand(problem, weights, best.assign, Work(1 << 62))
             if args.windows > 0:
-                start, _ = improve(problem, weights, start, Deadline(int(args.windows * 1000)))
+                start, _ = improve(problem, weights, start, Work(int(args.windows * 1000)))
         model = _Model(problem, weights, identical_devices(problem))
         began = time.perf_counter()
-        result = _run_here(model, model.cost, args.limit, start, None)
+        result = _run_here(model, model.cost, Effort(1 << 40), args.limit, start, None)
         took = time.perf_counter() - began
         ns = evaluate(problem, weights, result.assign)[1] if result.assign else None
         bound = problem.fixed_ns + result.dual

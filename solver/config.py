@@ -29,6 +29,8 @@ DeviceSpec = str | Mapping[str, Any] | VirtualDevice
 Mode = Literal["tvm", "optimize"]
 MODES: tuple[Mode, ...] = ("tvm", "optimize")
 Language = Literal["relay", "relax"]
+OnTimeout = Literal["fail", "best"]
+ON_TIMEOUT: tuple[OnTimeout, ...] = ("fail", "best")
 LANGUAGES: tuple[Language, ...] = ("relay", "relax")
 
 # The target a device type gets when a spec names only the type.
@@ -57,9 +59,14 @@ class PlanConfig:
     default_device: DeviceSpec = "cuda"
     host_device: DeviceSpec = "cpu"
     constraints: tuple[Mapping[str, Any], ...] = ()
-    # A deadline: the planner's walks check it cooperatively and Z3 gets what is
-    # left; past it, `plan` raises SolverTimeout.
+    # A deadline: the planner's walks check it cooperatively and child solvers
+    # are stopped at it; past it, `plan` raises SolverTimeout. It never decides
+    # where the optimize search stops (that counts work: solver.work).
     timeout_ms: int = 10_000
+    # Optimize mode, at the time limit: "fail" (SolverTimeout, the service's
+    # 504) or "best" (the best plan found so far, its cost marked
+    # `time_limit_reached`).
+    on_timeout: OnTimeout = "fail"
     # TVM mode: also check the greedy plan with Z3 (it cannot change the answer;
     # the tests run it, requests may ask for it).
     z3_check: bool = False
@@ -140,6 +147,8 @@ def check_config(config: PlanConfig) -> None:
     built (`optimize.problem.device_setup`): they depend on the module."""
     if config.mode not in MODES:
         raise PlanConfigError(f"mode must be 'tvm' or 'optimize', got {config.mode!r}")
+    if config.on_timeout not in ON_TIMEOUT:
+        raise PlanConfigError(f"on_timeout must be 'fail' or 'best', got {config.on_timeout!r}")
     if (
         isinstance(config.timeout_ms, bool)
         or not isinstance(config.timeout_ms, int)

@@ -2,17 +2,22 @@
 
 `PlanConfig.timeout_ms` becomes a `Deadline` when `plan` starts. The steps
 check it between themselves and every `STRIDE` nodes inside their walks, and
-Z3 gets the time that is left as its own timeout, so a time limit is an
+child solvers (HiGHS, Z3) are stopped at it, so a time limit is an
 ordinary `SolverTimeout` raised from planner code (never an exception thrown
 in from a signal handler, which a `finally`, `__del__` or GC callback can
 swallow). The clock is injectable so tests can expire a deadline
 deterministically.
+
+The deadline ends a request; it never decides where a search stops. The
+optimize search counts work instead (`solver.work.Work`), so its answer does
+not depend on how busy the machine is.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from .errors import SolverTimeout
 
@@ -48,13 +53,21 @@ class Deadline:
         """Milliseconds left, at least 1 (Z3 treats a timeout of 0 as none)."""
         return max(1, int((self._at - self._clock()) * 1000.0))
 
+    def expired(self) -> bool:
+        """Whether the deadline has passed."""
+        return self._clock() >= self._at
+
     def check(self, step: str) -> None:
         """Raise SolverTimeout when the deadline has passed."""
-        if self._clock() >= self._at:
-            raise SolverTimeout(
-                f"planning did not finish within {self.timeout_ms} ms (stopped during {step})",
-                reason="deadline",
-            )
+        if self.expired():
+            self.fail(step)
+
+    def fail(self, step: str) -> NoReturn:
+        """Raise the SolverTimeout of this deadline (a child solver the clock stopped)."""
+        raise SolverTimeout(
+            f"planning did not finish within {self.timeout_ms} ms (stopped during {step})",
+            reason="deadline",
+        )
 
     def every(self, count: int, step: str) -> None:
         """`check` once per `STRIDE` values of a node counter: cheap in a walk's loop."""

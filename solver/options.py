@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import DeviceSpec, Mode, PlanConfig, check_config
+from .config import DeviceSpec, Mode, OnTimeout, PlanConfig, check_config
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class PlanOptions:
     # Request-level pins: {"select": {...}, "device": SPEC}, named `constraint #k`.
     constraints: tuple[Mapping[str, Any], ...] = ()
     timeout_ms: int = 10_000
+    # Optimize mode at the time limit: "fail" (SolverTimeout) or "best" (the best plan so far, marked).
+    on_timeout: OnTimeout = "fail"
     # TVM mode: confirm the plan with Z3 (it cannot change it); optimize mode: Z3 confirms a min-cut plan.
     z3_check: bool = False
     # Type-check the module first, as TVM does; operator names are always checked.

@@ -64,6 +64,9 @@ class CostReport:
     method: str = "z3"
     classes: int = 0
     z3_variables: int = 0
+    # the request's time limit stopped the search (`on_timeout: "best"`): the
+    # best plan found by then, not the answer the search gives when it finishes
+    time_limit_reached: bool = False
 
     @property
     def gap(self) -> float | None:
@@ -89,4 +92,5 @@ class CostReport:
             "method": self.method,
             "solver_ms": self.solver_ms,
             "estimates": [e.to_json() for e in self.estimates],
+            "time_limit_reached": self.time_limit_reached,
         }

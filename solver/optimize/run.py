@@ -38,6 +38,7 @@ from ..steps import (
     resolve_devices,
     rewrite_module,
 )
+from ..work import Work
 from .cost_model import ns_to_ms
 from .cut_collector import CutCollector, as_cut
 from .explain import budget_conflict, cost_reason, support_conflict
@@ -146,9 +147,12 @@ def optimize(
     if conflict is not None:
         raise conflict
     weights = Weights.of(problem)
-    solution = solve(problem, weights, deadline)
+    work = search_work(config, deadline)
+    solution = solve(problem, weights, work)
     if solution is None:
         raise budget_conflict(problem, ds, deadline.remaining_ms())
+    if work.cut_short:
+        solution = dataclasses.replace(solution, method=f"{solution.method} ({CUT_SHORT})")
     lap("solve")
     z3_checked = solution.method.startswith("z3")
     if config.z3_check and not z3_checked:
@@ -181,8 +185,13 @@ def optimize(
     _, ns, copies, nbytes = evaluate(problem, weights, solution.assign)
     report = _report(problem, solution, weights, built, ns, copies, nbytes, times, config.overlap)
     started = time.perf_counter()
-    tvm_ms, reason = tvm_mode_prediction(module, config, deadline.remaining_ms())
-    report = dataclasses.replace(report, tvm_mode_predicted_ms=tvm_ms, tvm_mode_reason=reason)
+    tvm_ms: float | None = None
+    reason: str | None = f"not computed: the search {CUT_SHORT}"
+    if not work.cut_short:
+        tvm_ms, reason = tvm_mode_prediction(module, config, deadline.remaining_ms())
+    report = dataclasses.replace(
+        report, tvm_mode_predicted_ms=tvm_ms, tvm_mode_reason=reason, time_limit_reached=work.cut_short
+    )
     times["tvm_mode"] = round((time.perf_counter() - started) * 1000, 3)
     report = dataclasses.replace(report, solver_ms=times.get("solve", 0.0))
     stats = PlanStats(
@@ -208,6 +217,27 @@ def optimize(
         log = explainer.log() if record else None
         result = dataclasses.replace(result, why=answers, constraints=log)
     return Optimized(result, problem, solution, weights)
+
+
+# How an answer the time limit stopped says so (`on_timeout: "best"`).
+CUT_SHORT = "stopped at the time limit"
+# With `on_timeout: "best"`, the search's clock stops at this share of the
+# time left when it starts: the rest is for writing the plan out.
+BEST_SHARE = 0.8
+# The search's whole allowance (each step has its own, `strategies`).
+SEARCH_UNITS = 1 << 62
+
+
+def search_work(config: PlanConfig, deadline: Deadline) -> Work:
+    """The work allowance of one optimize search (docs/optimize.md, "When the
+    search stops"): counted units decide where it stops; the deadline only
+    ends it (SolverTimeout) or, with `on_timeout: "best"`, cuts it short at
+    BEST_SHARE of the time left so the best plan so far can still be written."""
+    if config.on_timeout == "best":
+        left = deadline.remaining_ms()
+        early = Deadline(max(1, int(left * BEST_SHARE)), config.clock)
+        return Work(SEARCH_UNITS, early, best=True)
+    return Work(SEARCH_UNITS, deadline)
 
 
 def _report(
@@ -291,14 +321,18 @@ def tvm_mode_prediction(
     module: Module, config: PlanConfig, timeout_ms: int
 ) -> tuple[float | None, str | None]:
     """The TVM mode's plan of the same request under the same cost model, or
-    (None, reason) when that plan conflicts or violates support or budgets, or
-    does not finish in `timeout_ms` (it never fails the optimize plan)."""
+    (None, reason) when that plan conflicts or violates support or budgets.
+    It is part of the answer, so one that does not finish in `timeout_ms`
+    ends the request (SolverTimeout) rather than answer differently on a
+    busy machine; with `on_timeout: "best"` it is left out instead."""
     tvm_config = dataclasses.replace(config, mode="tvm", z3_check=False, timeout_ms=max(1, timeout_ms))
     try:
         evaluation = evaluate_planned(module, tvm_config, pins=True)
     except PlanningConflict as err:
         return None, f"the TVM mode's plan conflicts or violates operator support: {err}"
     except SolverTimeout as err:
+        if config.on_timeout != "best":
+            raise
         return None, f"the TVM mode's plan did not finish in the time left: {err}"
     if evaluation.violations:
         return None, "the TVM mode's plan exceeds the memory budget: " + "; ".join(evaluation.violations)

@@ -26,13 +26,12 @@ import hashlib
 import itertools
 import logging
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..deadline import Deadline
+from ..work import Work
 from .memory import peak_memory
 from .mincut import two_device_cut
 from .problem import Problem, Weights, budget_violations, evaluate, identical_devices
@@ -212,7 +211,7 @@ def _prefix2(a: np.ndarray) -> np.ndarray:
 def segment_plan(
     problem: Problem,
     weights: Weights,
-    deadline: Deadline | None = None,
+    work: Work | None = None,
     devices: Sequence[int] | None = None,
     limit: int = 200_000,
     order: Sequence[int] | None = None,
@@ -227,8 +226,9 @@ def segment_plan(
     priced at once with numpy from prefix sums (kernels, copies between and
     into segments, the budgets' bytes), the best few that fit are re-priced
     exactly, then each split point moves one class at a time while that
-    improves the exact objective (coordinate descent). Exhaustive when every
-    class is a cell; otherwise the best split found."""
+    improves the exact objective (coordinate descent; each exact price
+    spends the classes it places from `work`). Exhaustive when every class
+    is a cell; otherwise the best split found."""
     k = len(problem.devices)
     perm = list(range(k)) if devices is None else list(devices)
     if order is None:
@@ -340,7 +340,7 @@ def segment_plan(
         improved = False
         for j in range(k - 1):
             for step in (-1, 1):
-                while deadline is None or deadline.remaining_ms() > 1:
+                while work is None or work.spend(len(free), "segments"):
                     trial = list(bounds)
                     trial[j] += step
                     lo_b = trial[j - 1] if j > 0 else 0
@@ -370,7 +370,7 @@ def cheapest_plan(problem: Problem) -> list[int]:
     return [min(ok, key=problem.unary[c].__getitem__) for c, ok in enumerate(problem.allowed)]
 
 
-def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None = None) -> list[Candidate]:
+def obvious_plans(problem: Problem, weights: Weights, work: Work | None = None) -> list[Candidate]:
     """The plans every answer must match or beat (those within support and
     budgets): each device alone, the best contiguous-segment split, and every
     class at its cheapest device."""
@@ -383,15 +383,15 @@ def obvious_plans(problem: Problem, weights: Weights, deadline: Deadline | None 
     for d in range(len(problem.devices)):
         add(one_device_plan(problem, d), f"all on {problem.names[d]}")
     order = topological_order(problem)
-    add(segment_plan(problem, weights, deadline, order=order), "segments")
-    add(segment_plan(problem, weights, deadline, order=depth_first_order(problem)), "segments (depth first)")
+    add(segment_plan(problem, weights, work, order=order), "segments")
+    add(segment_plan(problem, weights, work, order=depth_first_order(problem)), "segments (depth first)")
     # More starting points: the segments in other device orders (the cpu
     # last takes the weight-heavy, compute-light tail a budget leaves over).
     for perm in device_orders(problem)[1:] if problem.budgets else []:
-        if deadline is not None and deadline.remaining_ms() <= 1:
+        if work is not None and not work.more("segments"):
             break
         names = ", ".join(problem.names[d] for d in perm)
-        add(segment_plan(problem, weights, deadline, devices=perm, order=order), f"segments ({names})")
+        add(segment_plan(problem, weights, work, devices=perm, order=order), f"segments ({names})")
     add(cheapest_plan(problem), "cheapest")
     return out
 
@@ -494,28 +494,26 @@ def expand(
     problem: Problem,
     weights: Weights,
     start: Sequence[int],
-    deadline: Deadline,
+    work: Work,
     sweeps: int = 4,
 ) -> list[int]:
     """Alpha-expansion from a plan within support and budgets: sweeps over the
     devices, each move one minimum cut, kept when the re-priced plan fits and
-    is better; stops when a sweep changes nothing, after `sweeps`, or at the
-    deadline. With budgets, a price per byte on a device that a move would
+    is better; stops when a sweep changes nothing, after `sweeps`, or when
+    `work` is spent (a move spends the classes and edges it cuts). With budgets, a price per byte on a device that a move would
     overfill is raised (x4) and the move retried, a few times."""
     best = list(start)
     best_value = evaluate(problem, weights, best)[0]
     k = len(problem.devices)
     prices: dict[int, int] = {}
-    last_ms = 0.0  # the last move's time: no move starts that would overrun the deadline
+    size = len(problem.allowed) + len(problem.edges)
     for _ in range(sweeps):
         changed = False
         for target in range(k):
             for _attempt in range(6 if problem.budgets else 1):
-                if deadline.remaining_ms() <= last_ms:
+                if not work.spend(size, "expansion"):
                     return best
-                began = time.perf_counter()
                 trial = _move(problem, weights, best, target, prices)
-                last_ms = (time.perf_counter() - began) * 1000
                 over = budget_violations(problem, trial)
                 if not over:
                     value = evaluate(problem, weights, trial)[0]
@@ -616,10 +614,10 @@ def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
     return coarse, group
 
 
-def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadline: Deadline) -> list[int]:
+def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: Work) -> list[int]:
     """Single-class moves (then moves of both ends of an edge) that keep
     support and budgets and lower the objective, first improvement, until none
-    is left or the deadline: the
+    is left or `work` is spent (a unit per class or edge tried): the
     cheap polish expansion cannot do under tight budgets (an expansion move
     that overfills a device is dropped whole, while moving one class may fit).
     The change of the objective is computed from the class's own kernels and
@@ -657,7 +655,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
         for c, ok in enumerate(problem.allowed):
             if len(ok) == 1:
                 continue
-            if deadline.remaining_ms() <= 1:
+            if not work.spend(1, "local moves"):
                 return assign
             here = assign[c]
             base = local(c, here)
@@ -674,7 +672,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], deadli
             continue
         # No single move left: moves of both ends of an edge (a copy removed).
         for u, v, _b, _uses in problem.edges:
-            if deadline.remaining_ms() <= 1:
+            if not work.spend(1, "local moves"):
                 return assign
             for d in set(problem.allowed[u]) & set(problem.allowed[v]):
                 if (assign[u] != d or assign[v] != d) and pair_move(u, v, d):

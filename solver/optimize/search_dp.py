@@ -61,8 +61,8 @@ than COARSE_GAP above it), two more steps come first:
   the decoder at 0.65 of its weights, where windows from the bound ran out
   of time).
 
-Both passes stop at their point cap (`_cap`: what the time left affords at
-the throughput measured so far, within `POINT_CAP`) or the deadline, leaving the bound
+Both passes stop at their point cap (`_cap`: a share of the points the
+search's `Work` has left, within `POINT_CAP`), leaving the bound
 they proved so far; `offload_search` returns None where it does not apply
 (other device sets, several budgets, a frontier wider than `MAX_FRONTIER`,
 run times or budgets past the Pareto keys).
@@ -74,13 +74,12 @@ import dataclasses
 import itertools
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..deadline import Deadline
+from ..work import Work
 from .problem import Problem, Weights, budget_violations, evaluate
 from .search import topological_order
 
@@ -89,11 +88,13 @@ log = logging.getLogger(__name__)
 # At most 2**MAX_FRONTIER states per step.
 MAX_FRONTIER = 14
 # Points a pass may keep (over all its steps; a tenth of that at one step):
-# what the time left affords, at least the first, at most the second (the
-# history of a pass takes 5 bytes a point).
+# half the points the search has left, at least the first, at most the
+# second (the history of a pass takes 5 bytes a point). Every pass spends
+# the points it made from the search's `Work` (one unit a point).
 POINT_CAP = (5_000_000, 40_000_000)
-# Points per second assumed before a pass has measured it.
-THROUGHPUT = 3_000_000
+# What one step of a backward pass costs beyond its states, in points (the
+# fixed cost of a step's array operations).
+STEP_POINTS = 40
 # A class is light when its two kernel times differ by at most this share of
 # the incumbent's run time (its choice of device moves the total by less).
 LIGHT_SHARE = 1e-3
@@ -112,7 +113,7 @@ TOLERANCE = 0.01
 # the interval left is NARROWEST of the bound.
 FIRST_WINDOW = 0.001
 NARROWEST = 0.0005
-# A pass may take this share of the time left when it goes straight to the
+# A pass may take this share of the points left when it goes straight to the
 # goal (the last two passes' points extrapolate to a target there).
 GOAL_SHARE = 0.9
 # The search gives up after this many passes in a row that stop.
@@ -176,6 +177,11 @@ class _Steps:
     trans_c: list[np.ndarray] = dataclasses.field(default_factory=list)
     views: dict[float, _Steps] = dataclasses.field(default_factory=dict)
     top: float | None = None  # `most()`, once computed
+    states: int = 0  # over all steps, plus STEP_POINTS a step
+    # States the backward passes visited since the search last billed them
+    # (`_bill`: one unit of the search's `Work` a state, as a pass's point);
+    # one counter shared by the steps' masked views.
+    visited: list[int] = dataclasses.field(default_factory=lambda: [0])
 
     def choices(self, k: int, ok: tuple[bool, bool]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """The devices `ok` allows at step k, the budgeted one first: (1 on it,
@@ -303,7 +309,16 @@ def _build(problem: Problem, order: list[int], fronts: list[list[int]], g: int, 
         steps.bytes_c.append(bytes_c)
         steps.trans_g.append(trans_g)
         steps.trans_c.append(crossing)
+    steps.states = sum(len(a) for a in steps.ns_g) + STEP_POINTS * len(order)
     return steps
+
+
+def _bill(work: Work, *steps: _Steps | None) -> None:
+    """Spend the states the backward passes of `steps` visited from `work`."""
+    for one in steps:
+        if one is not None and one.visited[0]:
+            work.spend(one.visited[0], "offload")
+            one.visited[0] = 0
 
 
 # ---------------------------------------------------------------------------
@@ -317,6 +332,7 @@ def _backward(steps: _Steps, allow: Allow, price: float, with_time: bool = True)
     """For each step and state: the least run time + price * bytes of placing
     the rest. `with_time=False`: bytes only (the fewest the rest can take)."""
     n = len(steps.order)
+    steps.visited[0] += steps.states
     values: list[np.ndarray] = [np.zeros(0)] * (n + 1)
     values[n] = np.zeros(1)
     inf = np.inf
@@ -450,11 +466,11 @@ def _pareto(
     return [t[front], b[front], cost[front], *(e[o][front] for e in extra)]
 
 
-def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, deadline: Deadline) -> tuple[Sets, int] | None:
+def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, work: Work) -> tuple[Sets, int] | None:
     """The exact Pareto sets of placing the rest (a backward pass over the
     same states as `_forward`; points whose bytes cannot fit with the fewest
     bytes of any way to reach their state are dropped), and their total size;
-    None past `cap` points or the deadline."""
+    None past `cap` points (or when the deadline cut the search short)."""
     n = len(steps.order)
     reach = _prefix_fewest(steps, allow)
     state = np.zeros(1, dtype=np.int64)
@@ -464,7 +480,7 @@ def _suffix_sets(steps: _Steps, allow: Allow, budget: float, cap: int, deadline:
     sets[n] = (state.copy(), ns.copy())
     total = 0
     for k in range(n - 1, -1, -1):
-        if k % 64 == 0 and deadline.remaining_ms() <= 1:
+        if k % 64 == 0 and work.expired("offload"):
             return None
         size = len(steps.ns_g[k + 1]) if k + 1 < n else 1
         counts = np.bincount(state, minlength=size)
@@ -534,7 +550,8 @@ def _plan_in(steps: _Steps, allow: Allow, sets: Sets, room: float) -> tuple[floa
 class _Pass:
     """One forward pass's outcome: "found" (the least relaxed or exact run
     time at most the target, and its plan), "none" (nothing at most the
-    target: the target is a bound) or "stopped" (point cap or deadline)."""
+    target: the target is a bound) or "stopped" (point cap, or the deadline
+    cut the search short)."""
 
     status: str
     ns: float = math.inf
@@ -550,7 +567,7 @@ def _forward(
     prices: Sequence[float],
     suffix: Sequence[list[np.ndarray]],
     fewest: list[np.ndarray],
-    deadline: Deadline,
+    work: Work,
     coarse_ns: float = 1.0,
     cap: int = POINT_CAP[0],
     sets: Sets | None = None,
@@ -570,7 +587,7 @@ def _forward(
     total = 0
     slack = target * (1 + 1e-12) + 1.0
     for k in range(n):
-        if k % 64 == 0 and deadline.remaining_ms() <= 1:
+        if k % 64 == 0 and work.expired("offload"):
             return _Pass("stopped", points=total)
         ok_g = allow[k][0]
         parts = [
@@ -655,11 +672,11 @@ def offload_search(
     incumbent: Sequence[int] | None,
     bound_ns: int,
     goal_ppm: int,
-    deadline: Deadline,
+    work: Work,
 ) -> OffloadResult | None:
     """Raise the bound on the run time and find a better plan (module
     docstring) until the plan is within `goal_ppm` of the bound, the
-    interval left is too narrow, a pass stops or the deadline passes.
+    interval left is too narrow, passes stop or `work` (points) is spent.
 
     `bound_ns` is the bound already known (the problem's constants
     included). Each pass runs at a target above the bound, at most halfway
@@ -707,7 +724,7 @@ def offload_search(
         if exact is None:
             exact = _build(problem, order, fronts, g, c, None)
         heavy = [(order[k], g if bit else c) for k, bit in enumerate(bits)]
-        plan = _polish(problem, exact, case, heavy, light_ns, best_ns, g, c, deadline, windows)
+        plan = _polish(problem, exact, case, heavy, light_ns, best_ns, g, c, work, windows)
         passes += 1
         if plan is not None:
             improve(plan)
@@ -721,9 +738,8 @@ def offload_search(
             if ns_plan < best_ns:
                 best_assign, best_ns = plan, ns_plan
 
-    coarse = _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, deadline)
+    coarse = _coarse_pass(problem, order, fronts, g, c, cases, relaxed, light, scale, goal, settle, work)
     passes += coarse
-    rate = float(THROUGHPUT)  # points a second, as the passes measure it
     straight = False  # the first pass goes straight to the goal
     least = min(cases, key=lambda k: k.lower)
     weak = least.price is not None and least.fitting > (1 + COARSE_GAP) * least.lower
@@ -732,10 +748,9 @@ def offload_search(
         # whose items are large against the run time left). Windows would
         # climb that gap slowly; a quick plan gives a goal, and the first
         # pass goes straight to it.
-        quick = _quick(relaxed, cases, deadline)
+        quick = _quick(relaxed, cases, work)
         if quick is not None:
             passes += 1
-            rate = quick.rate or rate
             if quick.bits is not None:
                 improve(_plan_of(problem, order, quick.bits, g, c))
                 straight = math.isfinite(best_ns)
@@ -749,14 +764,15 @@ def offload_search(
     window = FIRST_WINDOW
     stops = 0
     completed: list[tuple[float, int]] = []  # (target, points) of the passes that found nothing
-    while deadline.remaining_ms() > 1 and stops < MAX_STOPS:
+    while work.more("offload") and stops < MAX_STOPS:
+        _bill(work, relaxed, exact)
         low = bound()
         if not math.isfinite(low) or (low >= goal() and not (confirm > 0 and math.isfinite(best_ns))):
             break
         high = min(top, best_ns)
         if high - low <= NARROWEST * max(low, 1.0):
             break
-        cap = _cap(deadline, rate)
+        cap = _cap(work)
         target = min((low + high) / 2, low + window * max(low, 1.0), _affordable(completed, cap))
         proving = low >= goal()
         if proving:
@@ -765,13 +781,13 @@ def offload_search(
                 exact = _build(problem, order, fronts, g, c, None)
         elif math.isfinite(goal()):
             target = min(target, goal())  # a pass that proves the goal ends the search
-            whole = _cap(deadline, rate, GOAL_SHARE)
+            whole = _cap(work, GOAL_SHARE)
             if straight and best_ns < top:
                 # Just below the quick plan: a pass that completes finds the
                 # relaxed optimum (a bound, and a plan better than the quick one).
                 target, cap = best_ns * (1 - 1e-9), whole
             elif goal() < top and len(completed) >= 2 and _affordable(completed, whole) >= goal():
-                target, cap = goal(), whole  # straight to the goal when the time left affords it
+                target, cap = goal(), whole  # straight to the goal when the points left afford it
         straight = False
         if not proving:
             confirm = 0
@@ -782,14 +798,13 @@ def offload_search(
             pending = True
             if not case.suffix and not _prepare(relaxed, case, target):
                 continue  # its own bounds put it at or above the target
-            began = time.perf_counter()
             # The relaxation's bounds (suffix values, coarse sets) hold for the exact costs too.
             on_exact = proving and case.done
             outcome = _forward(
                 (exact if on_exact and exact is not None else relaxed).masked(case.cap), case.allow, case.budget,
-                target, case.prices, case.suffix, case.fewest, deadline, cap=cap, sets=case.sets,
+                target, case.prices, case.suffix, case.fewest, work, cap=cap, sets=case.sets,
             )
-            rate = _rate(outcome.points, time.perf_counter() - began) or rate
+            work.spend(outcome.points, "offload")
             passes += 1
             ran = True
             log.debug("offload DP: %s target %.0f: %s (%d points)", case.name, target, outcome.status, outcome.points)
@@ -830,7 +845,7 @@ def _coarse_pass(
     scale: float,
     goal: Callable[[], float],
     settle: Callable[[_Case, Sequence[int], int, Sequence[float]], None],
-    deadline: Deadline,
+    work: Work,
 ) -> int:
     """The coarse relaxation (light kernels up to LIGHT_SHARE of a lower
     bound on the run time, where `relaxed` takes it of `scale`): for each
@@ -840,7 +855,8 @@ def _coarse_pass(
     follow (a point goes when no completion within the bytes left can reach
     the target). Returns the passes run; skipped when the coarse threshold
     is not well above `light`, or the sets would pass COARSE_CAP points."""
-    while deadline.remaining_ms() > 1:  # the least Lagrangian bound of the cases: the run time's scale
+    while work.more("offload"):  # the least Lagrangian bound of the cases: the run time's scale
+        _bill(work, relaxed)
         first = min(cases, key=lambda k: k.lower)
         if first.price is not None or not math.isfinite(first.lower):
             break
@@ -856,18 +872,20 @@ def _coarse_pass(
     coarse = _build(problem, order, fronts, g, c, coarse_light)
     passes = stored = 0
     for case in sorted(cases, key=lambda k: k.lower):
-        if deadline.remaining_ms() <= 1:
+        _bill(work, relaxed, coarse)
+        if not work.more("offload"):
             break
         if case.lower >= goal():
             continue
         if not _price(relaxed, case, goal()):
             continue
-        built = _suffix_sets(coarse.masked(case.cap), case.allow, case.budget, COARSE_CAP - stored, deadline)
+        built = _suffix_sets(coarse.masked(case.cap), case.allow, case.budget, COARSE_CAP - stored, work)
         passes += 1
         if built is None:
             log.debug("offload DP: %s coarse sets past %d points", case.name, COARSE_CAP - stored)
             break  # too many points (or out of time): the finer passes go without
         sets, points = built
+        work.spend(points, "offload")
         first_ns = sets[0][1]
         if len(first_ns) == 0:
             case.lower, case.done = math.inf, True  # nothing fits this case
@@ -887,43 +905,35 @@ def _coarse_pass(
 
 @dataclass(frozen=True)
 class _Quick:
-    """`_quick`'s plan (None when it found none) and the points a second it
-    measured (0 when too few to tell)."""
+    """`_quick`'s plan (None when it found none)."""
 
     bits: list[int] | None
-    rate: float
 
 
-def _quick(relaxed: _Steps, cases: list[_Case], deadline: Deadline) -> _Quick | None:
+def _quick(relaxed: _Steps, cases: list[_Case], work: Work) -> _Quick | None:
     """A plan for the case with the least bound, fast: the relaxed program
     with points within QUICK_COARSE of that bound in time collapsed (a
     heuristic, as in `_polish`), pruned below the plan its Lagrangian met.
     None when it did not run."""
     case = min(cases, key=lambda k: k.lower)
-    if not math.isfinite(case.lower) or deadline.remaining_ms() <= 1:
+    if not math.isfinite(case.lower) or work.expired("offload"):
         return None
     if not case.suffix and not _prepare(relaxed, case, math.inf):
         return None
-    began = time.perf_counter()
     outcome = _forward(
         relaxed.masked(case.cap), case.allow, case.budget, case.fitting, case.prices, case.suffix, case.fewest,
-        deadline, coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
+        work, coarse_ns=max(1.0, QUICK_COARSE * case.lower), cap=POINT_CAP[0],
     )
-    rate = _rate(outcome.points, time.perf_counter() - began)
+    work.spend(outcome.points, "offload")
     log.debug("offload DP: %s quick plan: %s %.0f (%d points)", case.name, outcome.status, outcome.ns, outcome.points)
-    return _Quick(outcome.bits if outcome.status == "found" else None, rate)
+    return _Quick(outcome.bits if outcome.status == "found" else None)
 
 
-def _rate(points: int, seconds: float) -> float:
-    """Points a second that a pass measured (0 when too few points to tell)."""
-    return points / seconds if points > 100_000 and seconds > 0 else 0.0
-
-
-def _cap(deadline: Deadline, rate: float, share: float = 0.5) -> int:
-    """The points a pass may keep: `share` of what the time left affords at
-    `rate` points a second, within POINT_CAP."""
+def _cap(work: Work, share: float = 0.5) -> int:
+    """The points a pass may keep: `share` of the points `work` has left,
+    within POINT_CAP."""
     low, high = POINT_CAP
-    return int(min(high, max(low, rate * deadline.remaining_ms() * share / 1000)))
+    return int(min(high, max(low, work.left() * share)))
 
 
 def _affordable(completed: Sequence[tuple[float, int]], cap: int) -> float:
@@ -1049,7 +1059,7 @@ def _polish(
     best_ns: float,
     g: int,
     c: int,
-    deadline: Deadline,
+    work: Work,
     windows: Sequence[float] = POLISH_WINDOWS,
 ) -> list[int] | None:
     """The relaxed plan's heavy classes where it has them and everything else
@@ -1074,9 +1084,10 @@ def _polish(
         # cheaper costs), and bring the budget into the pruning.
         outcome = _forward(
             exact, allow, min(case.budget, case.strict), target, (0.0, *case.prices), (suffix, *case.suffix), fewest,
-            deadline,
+            work,
             coarse_ns=max(1.0, POLISH_COARSE * case.lower),
         )
+        work.spend(outcome.points, "offload")
         if outcome.status == "found" and outcome.bits is not None:
             return _plan_of(problem, exact.order, outcome.bits, g, c)
         if target >= best_ns:

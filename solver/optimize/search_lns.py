@@ -1,4 +1,4 @@
-"""Large-neighbourhood search (issue 17): improve a plan by solving windows of
+"""Large-neighbourhood search: improve a plan by solving windows of
 it exactly, every class outside the window held where the plan has it.
 
 Budgets couple the whole plan, which is what alpha-expansion and single-class
@@ -17,22 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Sequence
 
-from ..deadline import Deadline
+from ..work import Work
 from .problem import Edge, Problem, Weights, budget_violations, evaluate
 from .search import topological_order
-from .search_milp import milp_solve
+from .search_milp import Effort, milp_solve
 
 log = logging.getLogger(__name__)
 
-# The first window's classes, the smallest window, and the HiGHS time one
-# window may take (s).
+# The first window's classes, the smallest window, and the HiGHS effort one
+# window may take (nodes, nodes without progress).
 FIRST_WINDOW = 160
 MIN_WINDOW = 40
-WINDOW_LIMIT_S = 1.0
-WINDOW_STALL_S = 0.5
+WINDOW_EFFORT = Effort(nodes=200, stall_nodes=60)
+# What a window costs besides its nodes (building and starting its MILP), in nodes.
+WINDOW_COST = 100
 
 
 def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Problem:
@@ -91,20 +91,20 @@ def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Pr
 
 
 def improve(
-    problem: Problem, weights: Weights, start: Sequence[int], deadline: Deadline, goal: int = 0
+    problem: Problem, weights: Weights, start: Sequence[int], work: Work, goal: int = 0
 ) -> tuple[list[int], int]:
     """The best plan found from `start` (within support and budgets) by
     windows solved with HiGHS, and the number of windows solved.
 
     Windows move along the order by half a window, wrapping around. Their
-    size adapts to what HiGHS proves within `WINDOW_LIMIT_S`: a window proven
-    in under a quarter of it makes the next one half as large again, one that
-    runs out of time or stalls (`WINDOW_STALL_S`) is retried two thirds the
-    size (how hard a window is depends on how tight the budgets are there,
-    not on its size alone). The search stops once every class has been in a
-    window proven optimal since the last improvement, at the deadline, or
-    once the objective is at most `goal`. Problems of at most two first
-    windows are left to the full MILP.
+    size adapts to what HiGHS proves within `WINDOW_EFFORT`: a window proven
+    in under a quarter of its nodes makes the next one half as large again,
+    one that runs out of effort or stalls is retried two thirds the size (how
+    hard a window is depends on how tight the budgets are there, not on its
+    size alone). The search stops once every class has been in a window
+    proven optimal (or tried at the smallest size) since the last
+    improvement, when `work` (HiGHS nodes, WINDOW_COST more per window) is spent, or once the objective is at most `goal`.
+    Problems of at most two first windows are left to the full MILP.
     """
     best = list(start)
     order = [c for c in topological_order(problem) if len(problem.allowed[c]) > 1]
@@ -117,20 +117,15 @@ def improve(
     position = 0
     settled = [False] * n  # in a window proven optimal since the last improvement
     solved = 0
-    while best_value > goal and not all(settled):
-        limit_s = min(WINDOW_LIMIT_S, deadline.remaining_ms() / 1000)
-        if limit_s < 0.05:
-            break
+    while best_value > goal and not all(settled) and work.more("windows"):
         hi = min(n, position + size)
         lo = max(0, hi - size)
         free = order[lo:hi]
         sub = restrict(problem, best, free)
-        began = time.perf_counter()
         start_sub = [best[c] for c in free] + list(range(k))
-        found = milp_solve(sub, Weights.of(sub), start_sub, limit_s, ties=False, stall_s=WINDOW_STALL_S)
-        took = time.perf_counter() - began
+        found = milp_solve(sub, Weights.of(sub), start_sub, WINDOW_EFFORT, work, ties=False)
         solved += 1
-        log.debug("window [%d, %d) of %d: %s in %.2f s", lo, hi, n, found.status, took)
+        log.debug("window [%d, %d) of %d: %s in %d nodes", lo, hi, n, found.status, found.nodes)
         if found.assign is not None:
             trial = list(best)
             for i, c in enumerate(free):
@@ -140,13 +135,15 @@ def improve(
                 best, best_value = trial, value
                 settled = [False] * n
                 log.debug("window [%d, %d): better plan %d", lo, hi, value)
+        work.spend(WINDOW_COST, "windows")
         if not found.ns_proven:
             if size > MIN_WINDOW:
                 size = max(MIN_WINDOW, size * 2 // 3)
                 continue  # the same place, smaller
+            settled[lo:hi] = [True] * (hi - lo)  # as small as windows go: move on
         else:
             settled[lo:hi] = [True] * (hi - lo)
-            if took < limit_s / 4:
+            if found.nodes < WINDOW_EFFORT.nodes // 4:
                 size = min(n, size * 3 // 2)
         # The next window starts half a window on, at the first class not yet settled.
         step = lo + max(1, (hi - lo) // 2)

@@ -25,7 +25,7 @@ Formulation (run time in integer ns; tie-breaks in a second stage):
   the first of the group (valid: any plan can be relabelled so), and the
   final plan is relabelled so the most classes sit on their preferred device.
 
-Stage 2 (when stage 1 proved its run time U and time is left): the same
+Stage 2 (when stage 1 proved its run time U): the same
 constraints with run time <= U and the tie-break objective
 copies * per_copy + non_default, so the whole integer objective is proven.
 
@@ -36,6 +36,7 @@ It is valid to those tolerances; the exact paths (minimum cut, Z3) need none.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -50,6 +51,7 @@ from typing import Any
 import highspy
 import numpy as np
 
+from ..work import Work
 from .problem import Problem, Weights, budget_violations, evaluate, identical_devices
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,8 @@ _INF = highspy.kHighsInf
 class MilpResult:
     """What HiGHS found: a plan (or None), a lower bound on the run time in
     ns, whether that run time is proven minimal, whether the whole objective
-    (tie-breaks included) is, and whether the problem is infeasible."""
+    (tie-breaks included) is, whether the problem is infeasible, and the
+    branch-and-bound nodes it explored."""
 
     assign: list[int] | None
     bound_ns: int
@@ -69,6 +72,7 @@ class MilpResult:
     proven: bool
     infeasible: bool
     status: str
+    nodes: int = 0
 
 
 class _Model:
@@ -255,20 +259,44 @@ def _bound(dual: float, fixed_ns: int) -> int:
 
 
 @dataclass(frozen=True)
+class Effort:
+    """How much work one HiGHS run may do: branch-and-bound nodes, and with
+    `stall_nodes` a stop once that many nodes pass with neither the bound nor
+    the plan improving. Counted, so a run stops at the same point on an idle
+    or a busy machine (solver.work). (The root node's cuts and heuristics are
+    HiGHS's own, deterministic with one thread and a fixed seed; HiGHS's
+    callbacks do not report simplex iterations during a MIP, so they are not
+    limited here.)"""
+
+    nodes: int
+    stall_nodes: int | None = None
+
+    def scaled(self, share: float) -> Effort:
+        """This effort times `share` (at least one node)."""
+        stall = None if self.stall_nodes is None else max(1, int(self.stall_nodes * share))
+        return Effort(max(1, int(self.nodes * share)), stall)
+
+
+@dataclass(frozen=True)
 class _Run:
     """One HiGHS run: its model status, dual bound (objective units, without
-    the problem's constant), and the device of each class when it has a plan."""
+    the problem's constant), the device of each class when it has a plan,
+    the nodes it explored, and whether the deadline (not its effort) stopped it."""
 
     status: str
     infeasible: bool
     optimal: bool
     dual: float
     assign: list[int] | None
+    nodes: int = 0
+    clock: bool = False
+    iterations: int = 0
 
 
 def _run_here(
     model: _Model,
     objective: Sequence[float],
+    effort: Effort,
     limit_s: float,
     start: Sequence[int] | None,
     stage2_ns: float | None,
@@ -276,6 +304,7 @@ def _run_here(
 ) -> _Run:
     """Run HiGHS in this process (the child's side of `_run`)."""
     h = model.highs(limit_s, objective)
+    h.setOptionValue("mip_max_nodes", max(1, effort.nodes))
     if stage2_ns is not None:
         for row in model.breakers:  # the tie-breaks tell identical devices apart
             h.changeRowBounds(row, -_INF, _INF)
@@ -283,50 +312,70 @@ def _run_here(
         h.addRow(-_INF, stage2_ns, n, np.arange(n, dtype=np.int32), np.array(model.cost))
     if start is not None:
         model.start(h, start)
-    if report is not None:
-        sink = report
+    # The effort's stall rule, checked where HiGHS checks its own limits: at
+    # the same points of the search whatever the machine's load.
+    moved = [0, -math.inf]  # node count when the bound or the plan last improved, the bound then
+    stop = [""]
 
-        def progress(event: Any) -> None:
-            sink("bound", float(event.data_out.mip_dual_bound))
+    def progress(event: Any) -> None:
+        out = event.data_out
+        dual = float(out.mip_dual_bound)
+        nodes = int(out.mip_node_count)
+        if report is not None:
+            report("bound", dual)
+        if dual > moved[1] + 1e-6 * abs(moved[1]):
+            moved[0], moved[1] = nodes, dual
+        if effort.stall_nodes is not None and nodes - moved[0] >= effort.stall_nodes:
+            stop[0] = "stopped: stalled"
+        if stop[0]:
+            event.data_in.user_interrupt = True
 
-        def improved(event: Any) -> None:
+    def improved(event: Any) -> None:
+        moved[0] = int(event.data_out.mip_node_count)
+        if report is not None:
             values = event.data_out.mip_solution
-            sink("plan", [max(cols, key=lambda d: values[cols[d]]) for cols in model.x])
+            report("plan", [max(cols, key=lambda d: values[cols[d]]) for cols in model.x])
 
-        h.cbMipInterrupt += progress
-        h.cbMipImprovingSolution += improved
+    h.cbMipInterrupt += progress
+    h.cbMipImprovingSolution += improved
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
     assign = model.read(h) if info.primal_solution_status == 2 else None
+    text = stop[0] if status == highspy.HighsModelStatus.kInterrupt and stop[0] else h.modelStatusToString(status)
     return _Run(
-        h.modelStatusToString(status),
+        text,
         status == highspy.HighsModelStatus.kInfeasible,
         status == highspy.HighsModelStatus.kOptimal,
         float(info.mip_dual_bound),
         assign,
+        int(info.mip_node_count),
+        status == highspy.HighsModelStatus.kTimeLimit,
+        int(info.simplex_iteration_count),
     )
 
 
 def _run(
     model: _Model,
     objective: Sequence[float],
-    limit_s: float,
+    effort: Effort,
+    work: Work,
     start: Sequence[int] | None,
     stage2_ns: float | None = None,
-    stall_s: float | None = None,
 ) -> _Run:
-    """Run HiGHS within `limit_s`, in a forked child process that is killed
-    when it overruns: HiGHS's own time limit is not checked in every phase
-    (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after its root
-    LP, calling no callback). The child streams its dual bound and each
-    improving plan as it goes, so a killed run still gives the last of each.
-    With `stall_s`, the run also stops when, after its first bound, neither
-    its bound nor its plan has improved for that long, or for as long as the
-    first bound took if that is longer (a budget problem's bound barely
-    moves past the root; the time is better spent elsewhere)."""
+    """Run HiGHS with `effort`, in a forked child process that is killed at
+    the request's deadline: HiGHS's own time limit is not checked in every
+    phase (densenet121 with two 9 MB GPUs spent 9 s of a 4.5 s limit after
+    its root LP, calling no callback). The child streams its dual bound and
+    each improving plan as it goes, so a run the deadline ends still gives
+    the last of each (for `on_timeout: "best"`; otherwise the deadline is a
+    SolverTimeout)."""
+    limit_s = work.seconds_left()
     if not hasattr(os, "fork"):  # no fork on this platform: in process, HiGHS's limit only
-        return _run_here(model, objective, limit_s, start, stage2_ns)
+        run = _run_here(model, objective, effort, limit_s, start, stage2_ns)
+        if run.clock:
+            work.stopped_by_clock("highs")
+        return run
     # os.fork, not multiprocessing: plans run in daemonic pool workers, which
     # multiprocessing forbids to have children.
     read_fd, write_fd = os.pipe()
@@ -337,6 +386,7 @@ def _run(
         last = [0.0]
 
         def report(kind: str, value: Any) -> None:
+            # Bounds at most every 50 ms: only a run the deadline ends reads them.
             now = time.monotonic()
             if kind == "plan" or now - last[0] > 0.05:
                 if kind == "bound":
@@ -344,46 +394,30 @@ def _run(
                 send.send((kind, value))
 
         try:
-            send.send(("done", _run_here(model, objective, limit_s, start, stage2_ns, report)))
+            send.send(("done", _run_here(model, objective, effort, limit_s, start, stage2_ns, report)))
         finally:
             os._exit(0)  # no atexit handlers or inherited finalisers in the child
     os.close(write_fd)
     receive = Connection(read_fd, writable=False)
-    began = time.monotonic()
-    stop = began + limit_s + 0.25
+    stop = time.monotonic() + limit_s + 0.25
     dual = -math.inf
     plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
-    stalled = False
-    moved = math.inf  # when the bound or the plan last improved (from the first bound on)
     try:
         while result is None:
-            now = time.monotonic()
-            left = stop - now
-            if stall_s is not None and moved < math.inf:
-                if now - moved >= stall_s:
-                    stalled = True
-                    break
-                left = min(left, moved + stall_s - now)
+            left = stop - time.monotonic()
             if left <= 0:
                 break
-            if not receive.poll(left):
+            if not receive.poll(min(left, 60.0)):
                 continue
             try:
                 kind, value = receive.recv()
             except EOFError:
                 break
             if kind == "bound":
-                if stall_s is not None and moved == math.inf:
-                    # A problem whose root took long moves in long steps: wait as long.
-                    stall_s = max(stall_s, time.monotonic() - began)
-                if moved == math.inf or value > dual + 1e-6 * abs(dual):
-                    moved = time.monotonic()
                 dual = max(dual, value)
             elif kind == "plan":
                 plan = value
-                if moved < math.inf:
-                    moved = time.monotonic()
             else:
                 result = value
     finally:
@@ -393,12 +427,12 @@ def _run(
             pass
         os.waitpid(pid, 0)
         receive.close()
-    if result is None:
-        if stalled:
-            log.info("HiGHS stalled for %.2f s; stopped (last bound %s)", stall_s, dual)
-            return _Run("stopped: stalled", False, False, dual, plan)
-        log.info("HiGHS overran its %.2f s limit; stopped (last bound %s)", limit_s, dual)
-        return _Run("stopped at the time limit", False, False, dual, plan)
+    if result is None or result.clock:
+        log.info("HiGHS stopped at the request's time limit (last bound %s)", dual)
+        work.stopped_by_clock("highs")
+        if result is not None:
+            return result
+        return _Run("stopped at the time limit", False, False, dual, plan, clock=True)
     return result
 
 
@@ -406,40 +440,44 @@ def milp_solve(
     problem: Problem,
     weights: Weights,
     start: Sequence[int] | None,
-    time_limit_s: float,
+    effort: Effort,
+    work: Work,
     ties: bool = True,
-    stall_s: float | None = None,
 ) -> MilpResult:
-    """Solve the problem's MILP within `time_limit_s` (stage 1, then with
-    `ties` stage 2 with what is left of it), warm-started by `start` when
-    given; stage 1 stops early when it stalls for `stall_s` (see `_run`)."""
-    began = time.perf_counter()
+    """Solve the problem's MILP with `effort` (stage 1, then with `ties`
+    stage 2 with at most 0.3 of it), warm-started by `start` when given;
+    the nodes both stages explored count against `work`."""
     groups = identical_devices(problem)
     model = _Model(problem, weights, groups)
-    first = _run(model, model.cost, time_limit_s - (time.perf_counter() - began), start, stall_s=stall_s)
+    effort = dataclasses.replace(effort, nodes=max(1, min(effort.nodes, work.left())))
+    first = _run(model, model.cost, effort, work, start)
+    work.spend(first.nodes + 1, "highs")
     text = first.status
     if first.infeasible:
-        return MilpResult(None, 0, False, False, True, text)
+        return MilpResult(None, 0, False, False, True, text, first.nodes)
     bound = _bound(first.dual, problem.fixed_ns)
     assign = first.assign
     if assign is not None and not feasible_plan(problem, assign):
         log.info("HiGHS plan violates the problem at integer precision; dropped")
         assign = None
     if assign is None:
-        return MilpResult(None, bound, False, False, False, text)
+        return MilpResult(None, bound, False, False, False, text, first.nodes)
     assign = relabel(problem, weights, assign, groups)
     ns = evaluate(problem, weights, assign)[1]
     bound = min(bound, ns)
     ns_proven = bound >= ns
     proven = False
-    first_s = time.perf_counter() - began
-    # Stage 2 gets at most 0.3 of stage 1's time (or a quarter second):
-    # proving the tie-breaks must not double the answer's time.
-    left = min(time_limit_s - first_s, max(0.25, 0.3 * first_s))
-    log.info("HiGHS stage 1: %s in %.2f s, run time %d ns, bound %d ns", text, first_s, ns, bound)
-    if ties and ns_proven and left > 0.05:
-        # Stage 2: the tie-breaks among plans of run time <= ns.
-        second_run = _run(model, model.tie, left, assign, float(ns - problem.fixed_ns) + 0.5)
+    nodes = first.nodes
+    log.info(
+        "HiGHS stage 1: %s in %d nodes, %d iterations (%d columns, %d nonzeros), run time %d ns, bound %d ns",
+        text, first.nodes, first.iterations, len(model.cost), len(model.row_index), ns, bound,
+    )
+    if ties and ns_proven and not work.cut_short:
+        # Stage 2: the tie-breaks among plans of run time <= ns, with at most
+        # 0.3 of stage 1's effort: proving the tie-breaks must not double the work.
+        second_run = _run(model, model.tie, effort.scaled(0.3), work, assign, float(ns - problem.fixed_ns) + 0.5)
+        work.spend(second_run.nodes + 1, "highs")
+        nodes += second_run.nodes
         second = second_run.assign
         if second is not None and feasible_plan(problem, second):
             second = relabel(problem, weights, second, groups)
@@ -449,5 +487,5 @@ def milp_solve(
                 assign = second
                 proven = second_run.optimal
         text = f"{text}; ties {second_run.status}"
-        log.info("HiGHS stage 2: %s in %.2f s", text, time.perf_counter() - began - first_s)
-    return MilpResult(assign, bound, ns_proven, proven, False, text)
+        log.info("HiGHS stage 2: %s in %d nodes, %d iterations", text, second_run.nodes, second_run.iterations)
+    return MilpResult(assign, bound, ns_proven, proven, False, text, nodes)

@@ -3,7 +3,13 @@ heuristic with its Lagrangian bound, the offload program for two devices
 with a budget on one (`search_dp`), and for everything else `_search`
 (obvious plans, alpha-expansion, HiGHS on a coarsened and on the full MILP,
 windows re-solved by HiGHS, a polish), with Z3 `Optimize` only when none of
-them finds a plan in time.
+them finds a plan.
+
+Every step stops on counted work (`solver.work.Work`: the allowances below,
+HiGHS's nodes and iterations, Z3's resource limit), never on the clock, so
+the same request gets the same answer on an idle or a busy machine; the
+request's deadline only ends a search that has not finished
+(docs/optimize.md, "When the search stops").
 """
 
 from __future__ import annotations
@@ -14,14 +20,14 @@ from collections.abc import Mapping
 
 import z3
 
-from ..deadline import Deadline
 from ..errors import SolverTimeout
+from ..work import Work
 from .mincut import two_device_cut
 from .problem import Problem, Solution, Weights, budget_violations, evaluate
 from .search import Candidate, coarsen, expand, local_moves, obvious_plans
 from .search_dp import offload_search
 from .search_lns import improve
-from .search_milp import milp_solve
+from .search_milp import Effort, milp_solve
 from .stream import stream_plan, streamed
 from .z3_encoding import Encoding
 
@@ -72,23 +78,26 @@ def _cut(
 
 
 def _z3_optimize(
-    problem: Problem, weights: Weights, start: Solution | None, deadline: Deadline
+    problem: Problem, weights: Weights, start: Solution | None, work: Work
 ) -> Solution | None:
-    """Z3 Optimize (weighted MaxSAT over `Encoding`) with half the time left,
-    and with a warm start the bound `objective < start` (only better plans);
-    None when infeasible (without a start). On time-out: the best plan Z3 or
-    the warm start has (its bound is the caller's), or SolverTimeout when
-    there is none."""
+    """Z3 Optimize (weighted MaxSAT over `Encoding`) within Z3_RLIMIT of Z3's
+    resource count, and with a warm start the bound `objective < start`
+    (only better plans); None when infeasible (without a start). When the
+    limit stops it: the best plan Z3 or the warm start has (its bound is the
+    caller's), or SolverTimeout when there is none."""
     enc = Encoding(problem, weights, track=False)
     opt = z3.Optimize(ctx=enc.ctx)
-    # Half the time left: the rest is for the rewrite and the TVM-mode prediction.
-    opt.set("timeout", max(1, deadline.remaining_ms() // 2))
+    opt.set("rlimit", Z3_RLIMIT)
+    # The deadline only as a kill switch: a run it stops ends the request.
+    opt.set("timeout", max(1, work.deadline.remaining_ms()))
     opt.add(*enc.constraints())
     for lit, weight in enc.soft:
         opt.add_soft(z3.Not(lit), weight)
     if start is not None:
         opt.add(enc.objective() < start.objective - enc.constant(weights))
     result = opt.check()
+    if result == z3.unknown and work.deadline.expired():
+        work.stopped_by_clock("z3")
     if result == z3.unsat:
         if start is not None:  # nothing beats the warm start: it is optimal
             return dataclasses.replace(start, lower=start.objective, method="z3", variables=enc.variables)
@@ -97,7 +106,7 @@ def _z3_optimize(
         assign = enc.read(opt.model())
         value = evaluate(problem, weights, assign)[0]
         return Solution(assign, value, value, "z3", enc.variables)
-    # Time-out: the best model Z3 has, or the warm start; the bound stays the relaxation's.
+    # Stopped by its limit: the best model Z3 has, or the warm start; the bound stays the relaxation's.
     best = start
     try:
         model = opt.model()
@@ -113,7 +122,7 @@ def _z3_optimize(
                 best = Solution(assign, value, start.lower if start else 0, "z3 (time-out)", enc.variables)
     if best is None:
         raise SolverTimeout(
-            f"Z3 found no plan in the time left ({opt.reason_unknown()})", opt.reason_unknown()
+            f"Z3 found no plan within its resource limit ({opt.reason_unknown()})", opt.reason_unknown()
         )
     return dataclasses.replace(best, variables=enc.variables, method="z3 (time-out)")
 
@@ -126,8 +135,9 @@ def _relaxation_bound(problem: Problem, weights: Weights) -> int:
     return total
 
 
-def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | None:
-    """The optimum (or on time-out the best plan and a bound); None if infeasible.
+def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
+    """The optimum (or, when the work allowances run out, the best plan and a
+    bound); None if infeasible.
 
     Two devices: the minimum cut, exact; with budgets the priced cuts, which
     often prove their plan. Everything else (and a budget plan the cuts do not
@@ -146,11 +156,10 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
         if not budget_violations(problem, assign):
             # Exact without budgets; with budgets the relaxation's optimum fits, so it is optimal too.
             return Solution(assign, value, value, "min-cut")
-        phase = Deadline(max(1, int(deadline.remaining_ms() * OFFLOAD_SHARE)))
         streaming = _streaming(problem, weights)
-        offload = offload_search(problem, weights, streaming, 0, OFFLOAD_GOAL_PPM, phase)
+        offload = offload_search(problem, weights, streaming, 0, OFFLOAD_GOAL_PPM, work.part(OFFLOAD_POINTS))
         if offload is None:  # not an offload problem: the priced cuts
-            start = _budget_heuristic(problem, weights, pair, assign, value, deadline)
+            start = _budget_heuristic(problem, weights, pair, assign, value, work)
             if start is not None and start.lower >= start.objective:
                 return start
         else:
@@ -159,14 +168,14 @@ def solve(problem: Problem, weights: Weights, deadline: Deadline) -> Solution | 
             if found is not None:
                 # The program prices run time only: single-class moves settle the
                 # copies and preferred devices it left open.
-                assign = local_moves(problem, weights, found, Deadline(max(1, deadline.remaining_ms() // 10)))
+                assign = local_moves(problem, weights, found, work.part(POLISH_UNITS))
                 value = evaluate(problem, weights, assign)[0]
                 start = Solution(assign, value, min(known, value), f"offload DP ({offload.passes} passes)")
                 ties_open = value // weights.per_ns <= offload.bound_ns and value > known
                 if value * 1_000_000 <= known * (1_000_000 + OFFLOAD_GOAL_PPM) and not ties_open:
                     return start
-            return _search(problem, weights, deadline, start, known)
-    return _search(problem, weights, deadline, start)
+            return _search(problem, weights, work, start, known)
+    return _search(problem, weights, work, start)
 
 
 def _streaming(problem: Problem, weights: Weights) -> list[int] | None:
@@ -183,37 +192,43 @@ def _streaming(problem: Problem, weights: Weights) -> list[int] | None:
     return stream_plan(problem, weights, g, c, start)
 
 
+# Work allowances (counted, never seconds: module docstring). Sized so that
+# the corpus's requests finish well within the default 10 s time limit on a
+# 2-core machine (benchmarks/optimize.py prints the times).
+#
 # Two devices and a budget on one (a model bigger than its GPU): the offload
-# program (`search_dp`) gets this share of the time left instead of the
-# priced cuts; a plan it brings within OFFLOAD_GOAL_PPM of its bound is the
-# answer, else its bound (and plan) go to `_search`.
-OFFLOAD_SHARE = 0.7
+# program (`search_dp`) may make this many points instead of the priced
+# cuts; a plan it brings within OFFLOAD_GOAL_PPM of its bound is the answer,
+# else its bound (and plan) go to `_search`.
+OFFLOAD_POINTS = 20_000_000
 OFFLOAD_GOAL_PPM = 8000
-
-
-# Shares of the time left: the obvious plans and the expansion (percent), the
-# full MILP, then the windows (`search_lns`); the rest is for the rewrite,
-# the TVM-mode prediction and (with `z3_check`) Z3's confirmation.
-SEARCH_SHARE = 25
-MILP_SHARE = 0.25
-# HiGHS stops when neither its bound nor its plan has improved for this long
-# (s): past its root it rarely moves the bound of a budget problem.
-STALL_S = 1.0
-WINDOWS_SHARE = 0.35
+# The obvious plans and the expansion: classes priced (segments) plus
+# classes and edges cut (each expansion move).
+SEARCH_UNITS = 4_000_000
+# The full MILP: HiGHS's nodes, and the nodes it may
+# go without improving its bound or plan (past its root it rarely moves the
+# bound of a budget problem).
+MILP_EFFORT = Effort(nodes=600, stall_nodes=150)
+# The windows (`search_lns`): HiGHS nodes over all windows (and WINDOW_COST a window).
+WINDOW_NODES = 4_000
+# The polish: classes and edges tried by single-class moves.
+POLISH_UNITS = 200_000
+# Z3 Optimize (only when no other step finds a plan): Z3's resource count.
+Z3_RLIMIT = 50_000_000
 # The windows stop once the plan is within this much (parts per million) of
 # the bound: past it, the 1% goal is proven and more search buys little.
 GAP_GOAL_PPM = 2500
 
 
 # The coarse MILP: runs of this many classes of a topological order merged
-# (`search.coarsen`), solved by HiGHS with this share of the time left, on
-# problems with at least COARSE_MIN free classes.
+# (`search.coarsen`), solved by HiGHS with COARSE_EFFORT, on problems with
+# at least COARSE_MIN free classes.
 COARSE_RUN = 8
 COARSE_MIN = 256
-COARSE_SHARE = 0.15
+COARSE_EFFORT = Effort(nodes=300, stall_nodes=100)
 
 
-def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline: Deadline) -> list[int]:
+def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], work: Work) -> list[int]:
     """The plan, or a better one within budgets from HiGHS on the coarsened
     problem (runs of classes share a device), warm-started by the plan.
     Budgets make plans whose devices recur along the order (densenet121 with
@@ -223,8 +238,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
     problem spans everything and is small enough to solve (34.74 ms against
     the 36.98 of the best segment plan, the optimum being 34.73)."""
     free = sum(1 for ok in problem.allowed if len(ok) > 1)
-    limit_s = deadline.remaining_ms() * COARSE_SHARE / 1000
-    if free < COARSE_MIN or limit_s < 0.05:
+    if free < COARSE_MIN or not work.more("coarse MILP"):
         return assign
     coarse, group = coarsen(problem, COARSE_RUN)
     if any(not ok for ok in coarse.allowed):
@@ -234,9 +248,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
         first.setdefault(g, c)
     start = [assign[first[g]] for g in range(len(coarse.allowed))]
     fits = all(start[g] in ok for g, ok in enumerate(coarse.allowed))
-    found = milp_solve(
-        coarse, Weights.of(coarse), start if fits else None, limit_s, ties=False, stall_s=STALL_S
-    )
+    found = milp_solve(coarse, Weights.of(coarse), start if fits else None, COARSE_EFFORT, work, ties=False)
     if found.assign is None:
         return assign
     trial = [found.assign[group[c]] for c in range(len(problem.allowed))]
@@ -250,7 +262,7 @@ def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], deadline
 
 
 def _search(
-    problem: Problem, weights: Weights, deadline: Deadline, start: Solution | None, known: int = 0
+    problem: Problem, weights: Weights, work: Work, start: Solution | None, known: int = 0
 ) -> Solution | None:
     """Three or more devices, or budgets the cuts did not prove: the obvious
     plans (`search.obvious_plans`), alpha-expansion from the best of them,
@@ -261,7 +273,7 @@ def _search(
     re-solved by HiGHS (`search_lns.improve`), then a polish. Each step starts
     from the best plan so far, so the answer is never worse than any of them.
     None when HiGHS proves that no plan fits; Z3 `Optimize` only when no step
-    finds a plan in time.
+    finds a plan.
 
     The bound is the best of: the priced cuts' Lagrangian bound (two
     devices), every class at its cheapest device without copies, HiGHS's dual
@@ -272,7 +284,7 @@ def _search(
     if start is not None:
         lower = max(lower, min(start.lower, start.objective))
     # On 10k classes each minimum cut takes a good fraction of a second.
-    phase = Deadline(max(1, deadline.remaining_ms() * SEARCH_SHARE // 100))
+    phase = work.part(SEARCH_UNITS)
     plans = obvious_plans(problem, weights, phase)
     if start is not None:
         plans.append(Candidate(tuple(start.assign), start.objective, start.method))
@@ -287,10 +299,10 @@ def _search(
             evaluate(problem, weights, assign)[0],
         )
     if assign is not None and problem.budgets:
-        assign = _coarse_milp(problem, weights, assign, deadline)
+        assign = _coarse_milp(problem, weights, assign, work.part(COARSE_EFFORT.nodes))
     # The full MILP: the bound, and the proof when HiGHS closes the gap.
-    limit_s = deadline.remaining_ms() * MILP_SHARE / 1000
-    found = milp_solve(problem, weights, assign, limit_s, stall_s=STALL_S) if limit_s > 0.01 else None
+    milp_work = work.part(MILP_EFFORT.nodes)
+    found = milp_solve(problem, weights, assign, MILP_EFFORT, milp_work) if milp_work.more("highs") else None
     if found is not None and found.infeasible:
         return None
     method = "search"
@@ -303,7 +315,7 @@ def _search(
             assign = found.assign
         method = "search + highs"
     if assign is None:
-        fallback = _z3_optimize(problem, weights, None, deadline)
+        fallback = _z3_optimize(problem, weights, None, work)
         if fallback is None:
             return None
         return dataclasses.replace(fallback, lower=max(fallback.lower, lower))
@@ -311,11 +323,10 @@ def _search(
     if not proven:
         goal = lower + (lower // weights.per_ns) * weights.per_ns * GAP_GOAL_PPM // 1_000_000
         if not (found is not None and found.ns_proven) and evaluate(problem, weights, assign)[0] > goal:
-            windows = Deadline(max(1, int(deadline.remaining_ms() * WINDOWS_SHARE)))
-            assign, solved = improve(problem, weights, assign, windows, goal)
+            assign, solved = improve(problem, weights, assign, work.part(WINDOW_NODES), goal)
             method += f" + {solved} windows" if solved else ""
         # Polish: single-class moves within the budgets (a few ms).
-        assign = local_moves(problem, weights, assign, Deadline(max(1, deadline.remaining_ms() // 10)))
+        assign = local_moves(problem, weights, assign, work.part(POLISH_UNITS))
     value = evaluate(problem, weights, assign)[0]
     if proven:
         lower = value
@@ -334,7 +345,7 @@ def _budget_heuristic(
     pair: tuple[int, int],
     relaxed: list[int],
     lower: int,
-    deadline: Deadline,
+    work: Work,
 ) -> Solution | None:
     """A plan within the budgets: minimum cuts with a growing price per byte on
     the devices the relaxation overfills (Lagrangian style). Its bound is the
@@ -348,7 +359,7 @@ def _budget_heuristic(
 
     def trial(scale: int) -> Solution | None:
         nonlocal bound
-        deadline.check("optimize")
+        work.expired("priced cuts")
         prices = {d: scale for d in over}
         value, dual_plan = _cut(problem, weights, pair, prices, intermediates=False)
         fixed = sum(-p * problem.budgets[d] for d, p in prices.items())
@@ -368,7 +379,7 @@ def _budget_heuristic(
         best = trial(high)
     # Refine: the smallest price that still fits usually moves the fewest classes.
     for _ in range(16):
-        if best is None or high - low <= 1:
+        if best is None or high - low <= 1 or work.expired("priced cuts"):
             break
         mid = (low + high) // 2
         found = trial(mid)

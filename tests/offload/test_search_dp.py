@@ -9,7 +9,6 @@ import itertools
 
 import pytest
 
-from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import DeviceProfile
 from solver.optimize.search import topological_order
@@ -21,6 +20,7 @@ from solver.optimize.search_dp import (
     _pair,
     offload_search,
 )
+from solver.work import Work
 from tests.solver.test_optimize_search import random_problem
 
 
@@ -40,7 +40,7 @@ def assert_sound(problem: Problem, weights: Weights) -> None:
     any) keeps support and budgets and is no faster than that; no plan when
     none fits."""
     least = least_run_time(problem, weights)
-    found = offload_search(problem, weights, None, 0, 0, Deadline.never())
+    found = offload_search(problem, weights, None, 0, 0, Work(10**12))
     assert found is not None
     if least is None:  # pins and the budget leave no plan
         assert found.assign is None
@@ -65,7 +65,7 @@ def test_an_incumbent_is_kept_or_beaten(seed: int) -> None:
     weights = Weights.of(problem)
     cpu = [0] * len(problem.allowed)  # device 0 has no budget
     assert not budget_violations(problem, cpu)
-    found = offload_search(problem, weights, cpu, 0, 0, Deadline.never())
+    found = offload_search(problem, weights, cpu, 0, 0, Work(10**12))
     assert found is not None
     if found.assign is not None:
         assert evaluate(problem, weights, found.assign)[1] < evaluate(problem, weights, cpu)[1]
@@ -114,7 +114,7 @@ def test_knapsack_bound_beats_the_lagrangian() -> None:
     assert shape is not None
     steps = _build(problem, order, shape[0], g, c, 0)
     lagrangian = min(_lagrangian(steps, k.allow, k.budget)[0] for k in _cases(problem, order, g, c, 0.0, steps))
-    found = offload_search(problem, weights, None, 0, 0, Deadline.never())
+    found = offload_search(problem, weights, None, 0, 0, Work(10**12))
     assert found is not None and found.assign is not None
     # The relaxation could fill 20.5 MB; whole kernels fill 20 MB at best.
     assert lagrangian < found.bound_ns <= least
@@ -124,10 +124,10 @@ def test_knapsack_bound_beats_the_lagrangian() -> None:
 def test_not_an_offload_problem() -> None:
     weights_of = Weights.of
     three = random_problem(3, 3, 8, budgets=True)
-    assert offload_search(three, weights_of(three), None, 0, 0, Deadline.never()) is None
+    assert offload_search(three, weights_of(three), None, 0, 0, Work(10**12)) is None
     free = random_problem(3, 2, 8, budgets=False)
-    assert offload_search(free, weights_of(free), None, 0, 0, Deadline.never()) is None
+    assert offload_search(free, weights_of(free), None, 0, 0, Work(10**12)) is None
     both = random_problem(3, 2, 8, budgets=True)
     profiles = [DeviceProfile(p.peak_gflops, p.mem_gbps, p.launch_us, 1 << 30) for p in both.profiles]
     both = dataclasses.replace(both, profiles=profiles, budgets={0: 1 << 30, 1: 1 << 30})
-    assert offload_search(both, weights_of(both), None, 0, 0, Deadline.never()) is None
+    assert offload_search(both, weights_of(both), None, 0, 0, Work(10**12)) is None

@@ -12,7 +12,6 @@ import math
 import numpy as np
 import pytest
 
-from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, search_dp
 from solver.optimize.search import topological_order
 from solver.optimize.search_dp import (
@@ -27,6 +26,7 @@ from solver.optimize.search_dp import (
     _Steps,
     _suffix_sets,
 )
+from solver.work import Work
 from tests.offload.test_search_dp import assert_sound
 from tests.solver.test_optimize_search import random_problem
 
@@ -76,7 +76,7 @@ def setup(seed: int, light_share: float) -> tuple[Problem, _Steps, list[tuple[bo
 @pytest.mark.parametrize("seed", range(16))
 def test_suffix_sets_give_the_least_run_time_within_each_room(seed: int) -> None:
     _problem, steps, allow, budget = setup(seed, 0.2)
-    built = _suffix_sets(steps, allow, budget, 10**7, Deadline.never())
+    built = _suffix_sets(steps, allow, budget, 10**7, Work(10**12))
     assert built is not None
     sets, _points = built
     plans = every_plan(steps, allow)
@@ -100,7 +100,7 @@ def test_suffix_sets_give_the_least_run_time_within_each_room(seed: int) -> None
 def test_coarse_sets_prune_a_finer_pass_without_losing_its_optimum(seed: int) -> None:
     _problem, coarse, allow, budget = setup(seed, 0.2)
     _, fine, _, _ = setup(seed, 0.0)
-    built = _suffix_sets(coarse, allow, budget, 10**7, Deadline.never())
+    built = _suffix_sets(coarse, allow, budget, 10**7, Work(10**12))
     assert built is not None
     fitting = sorted(ns for ns, nbytes, _ in every_plan(fine, allow) if nbytes <= budget)
     if not fitting:
@@ -110,7 +110,7 @@ def test_coarse_sets_prune_a_finer_pass_without_losing_its_optimum(seed: int) ->
     best = fitting[0]
     for target in (best * 0.99, best, best * 1.01):
         outcome = _forward(
-            fine, allow, budget, target, case.prices, case.suffix, case.fewest, Deadline.never(), sets=built[0]
+            fine, allow, budget, target, case.prices, case.suffix, case.fewest, Work(10**12), sets=built[0]
         )
         if target < best:
             assert outcome.status == "none"

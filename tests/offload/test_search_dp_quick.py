@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from solver.deadline import Deadline
 from solver.optimize import Weights, budget_violations, evaluate, search_dp
 from solver.optimize.search_dp import _cases, _plan_of, _quick
+from solver.work import Work
 from tests.offload.test_offload_public import GENEROUS_MS, _text, needs_corpus
 from tests.offload.test_search_dp import assert_sound, least_run_time
 from tests.offload.test_search_dp_coarse import program_of
@@ -24,7 +24,7 @@ def test_quick_plans_fit_their_case_and_are_real_plans() -> None:
     for seed in range(24):
         problem = random_problem(700 + seed, 2, 11, budgets=True)
         g, c, order, relaxed = program_of(problem, 0.0)
-        quick = _quick(relaxed, _cases(problem, order, g, c, 0.0, relaxed), Deadline.never())
+        quick = _quick(relaxed, _cases(problem, order, g, c, 0.0, relaxed), Work(10**12))
         if quick is None or quick.bits is None:
             continue  # no case, or (a heuristic) nothing found below the Lagrangian's plan
         found += 1

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import pytest
 
 from relay.device import VirtualDevice, parse_target
-from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import DeviceProfile, LinkProfile
 from solver.optimize.problem import identical_devices
@@ -26,8 +25,9 @@ from solver.optimize.search import (
     segment_plan,
     topological_order,
 )
-from solver.optimize.search_milp import milp_solve, relabel
+from solver.optimize.search_milp import Effort, milp_solve, relabel
 from solver.optimize.strategies import solve
+from solver.work import Work
 
 CPU = DeviceProfile(50.0, 20.0, 2.0)
 GPU = DeviceProfile(20000.0, 2000.0, 5.0)
@@ -179,7 +179,7 @@ def test_expansion_never_worsens_and_keeps_budgets() -> None:
         assert start is not None
         if budget_violations(problem, start):
             continue
-        plan = expand(problem, weights, start, Deadline.never())
+        plan = expand(problem, weights, start, Work(10**12))
         assert evaluate(problem, weights, plan)[0] <= evaluate(problem, weights, start)[0]
         assert not budget_violations(problem, plan)
         assert all(plan[c] in ok for c, ok in enumerate(problem.allowed))
@@ -191,7 +191,7 @@ def test_expansion_reaches_the_optimum_without_budgets_on_a_chain() -> None:
     weights = Weights.of(problem)
     start = one_device_plan(problem, 0)
     assert start is not None
-    plan = expand(problem, weights, start, Deadline.never())
+    plan = expand(problem, weights, start, Work(10**12))
     found = brute_force(problem, weights)
     assert found is not None
     assert evaluate(problem, weights, plan)[1] <= evaluate(problem, weights, found[1])[1] * 1.01
@@ -216,7 +216,7 @@ def test_highs_matches_brute_force_and_bounds_it(seed: int) -> None:
     problem = random_problem(100 + seed, 3 + seed % 2, 6, budgets=seed % 3 != 0)
     weights = Weights.of(problem)
     found = brute_force(problem, weights)
-    result = milp_solve(problem, weights, None, 30.0)
+    result = milp_solve(problem, weights, None, Effort(10**6), Work(10**12))
     if found is None:
         assert result.infeasible
         return
@@ -229,7 +229,7 @@ def test_solve_proves_small_three_device_problems() -> None:
     problem = random_problem(7, 3, 7, budgets=True)
     weights = Weights.of(problem)
     found = brute_force(problem, weights)
-    solution = solve(problem, weights, Deadline(30_000))
+    solution = solve(problem, weights, Work(10**12))
     if found is None:
         assert solution is None
         return
@@ -239,12 +239,12 @@ def test_solve_proves_small_three_device_problems() -> None:
     assert solution.method == "highs (optimal)"
 
 
-def test_no_time_for_highs_still_answers_with_a_valid_bound() -> None:
-    # A frozen clock at 1 ms left: too little for HiGHS (skipped), the answer
-    # is the best obvious or expanded plan with the relaxation's bound.
+def test_no_work_for_highs_still_answers_with_a_valid_bound() -> None:
+    # No work allowed: HiGHS, the windows and the polish are skipped, the
+    # answer is the best obvious plan with the relaxation's bound.
     problem = random_problem(9, 3, 8, budgets=False)
     weights = Weights.of(problem)
-    solution = solve(problem, weights, Deadline(1, clock=lambda: 0.0))
+    solution = solve(problem, weights, Work(0))
     found = brute_force(problem, weights)
     assert solution is not None and found is not None
     assert solution.method == "search"
@@ -290,7 +290,7 @@ def test_local_moves_keep_budgets_and_never_worsen() -> None:
         assert start is not None
         if budget_violations(problem, start):
             continue
-        plan = local_moves(problem, weights, start, Deadline.never())
+        plan = local_moves(problem, weights, start, Work(10**12))
         assert not budget_violations(problem, plan)
         assert evaluate(problem, weights, plan)[0] <= evaluate(problem, weights, start)[0]
         # A local optimum: no single feasible move improves it.

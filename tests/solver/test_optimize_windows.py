@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from solver.deadline import Deadline
 from solver.optimize import Weights, budget_violations, evaluate
 from solver.optimize.search import device_orders, obvious_plans, one_device_plan, topological_order
 from solver.optimize.search_lns import improve, restrict
-from solver.optimize.search_milp import milp_solve
+from solver.optimize.search_milp import Effort, milp_solve
+from solver.work import Work
 
 from .test_optimize_search import brute_force, random_problem
 
@@ -45,7 +45,7 @@ def test_the_restricted_optimum_is_the_best_completion(seed: int) -> None:
     base = [ok[0] for ok in problem.allowed]
     free = list(range(3, 9))
     sub = restrict(problem, base, free)
-    found = milp_solve(sub, Weights.of(sub), None, 30.0, ties=False)
+    found = milp_solve(sub, Weights.of(sub), None, Effort(10**6), Work(10**12), ties=False)
     completions = []
     for choice in itertools.product(*(problem.allowed[c] for c in free)):
         whole = list(base)
@@ -81,8 +81,8 @@ def test_windows_never_worsen_and_keep_budgets(seed: int) -> None:
         None,
     )
     assert start is not None
-    # Whatever the deadline allows: the assertions hold for any stopping point.
-    got, solved = improve(problem, weights, list(start), Deadline(2_000))
+    # A small allowance: the assertions hold for any stopping point.
+    got, solved = improve(problem, weights, list(start), Work(2_000))
     assert solved > 0
     assert not budget_violations(problem, got)
     assert all(got[c] in ok for c, ok in enumerate(problem.allowed))
@@ -96,18 +96,18 @@ def test_windows_improve_an_all_cpu_plan_and_stop_at_the_goal() -> None:
     assert start is not None and not budget_violations(problem, start)
     value = evaluate(problem, weights, start)[0]
     # The goal: any improvement (the first window's LP already has one).
-    got, solved = improve(problem, weights, start, Deadline(120_000), goal=value - 1)
+    got, solved = improve(problem, weights, start, Work(10**12), goal=value - 1)
     assert evaluate(problem, weights, got)[0] < value and solved >= 1
     assert not budget_violations(problem, got)
     # A goal the start already meets: nothing is solved.
-    same, solved = improve(problem, weights, start, Deadline(20_000), goal=value)
+    same, solved = improve(problem, weights, start, Work(10**12), goal=value)
     assert same == start and solved == 0
 
 
 def test_small_problems_are_left_to_the_full_milp() -> None:
     problem = random_problem(3, 3, 40, budgets=True)
     start = [ok[0] for ok in problem.allowed]
-    assert improve(problem, Weights.of(problem), start, Deadline(5_000)) == (start, 0)
+    assert improve(problem, Weights.of(problem), start, Work(10**12)) == (start, 0)
 
 
 def test_topological_order_keeps_a_cycle_together_after_what_it_reads() -> None:
@@ -155,11 +155,11 @@ def test_obvious_plans_with_budgets_stay_valid(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_stalled_highs_run_still_gives_a_valid_bound_and_plan(seed: int) -> None:
-    # stall_s=0: stopped at HiGHS's first report, whatever it has by then.
+    # stall_nodes=0: stopped at HiGHS's first report, whatever it has by then.
     problem = random_problem(seed, 4, 9, budgets=True)
     weights = Weights.of(problem)
     best = brute_force(problem, weights)
-    found = milp_solve(problem, weights, None, 30.0, stall_s=0.0)
+    found = milp_solve(problem, weights, None, Effort(10**6, stall_nodes=0), Work(10**12))
     if best is None:
         assert found.assign is None
         return
