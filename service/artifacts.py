@@ -19,7 +19,7 @@ mtime.
 
 Cache key (`cache_key`): the SHA-256 of a canonical JSON document of
 - the request fields in `KEYED_FIELDS`: the module, its format and language, the planning
-  options (virtual devices, default and host device, constraints, mode,
+  options (virtual devices, default and host device, constraints, mode, on_timeout,
   operator support, device profiles with memory budgets, links, cost table,
   assume_dim, an accelerate device map and how to take it), the targets, the CUDA arch and whether a run check was asked
   for (with defaults filled in, so leaving a field out equals sending its
@@ -63,6 +63,7 @@ KEYED_FIELDS: tuple[str, ...] = (
     "host_device",
     "constraints",
     "mode",
+    "on_timeout",
     "op_support",
     "device_profiles",
     "links",

@@ -72,6 +72,13 @@ def _add_request_flags(add: Callable[..., Any]) -> None:
         help="time limit for parsing and planning, in ms (default 10000; exit 4 past it)",
     )
     add(
+        "--on-timeout",
+        choices=("fail", "best"),
+        default="fail",
+        help="optimize: at the time limit, fail (default, exit 4) or print the best plan found by then, "
+        "marked 'stopped at the time limit' (the search itself stops on counted work, not the clock)",
+    )
+    add(
         "--z3-check",
         action="store_true",
         help="TVM mode: also confirm the plan with Z3 (cannot change it; off by default for speed)",
@@ -468,6 +475,7 @@ def _make_job(args: argparse.Namespace) -> PlanJob:
         host_device=_parse_spec(args.host_device, "--host-device"),
         constraints=tuple(constraints),
         timeout_ms=args.timeout_ms,
+        on_timeout=getattr(args, "on_timeout", "fail"),
         z3_check=args.z3_check,
         check_types=args.check_types,
         **_optimize_options(args),
@@ -546,6 +554,7 @@ FIELD_FLAGS = {
     "host_device": "--host-device",
     "constraints": "--constraint",
     "timeout_ms": "--timeout-ms",
+    "on_timeout": "--on-timeout",
     "device_profiles": "--device-profiles",
     "op_support": "--op-support",
     "cost_table": "--cost-table",

@@ -320,6 +320,14 @@ class PlanRequest(BaseModel):
         "solver-timeout problem. The server's default (DEVPLAN_DEFAULT_TIMEOUT_MS) when absent; at most "
         f"DEVPLAN_MAX_TIMEOUT_MS ({_DEFAULT_MAX_TIMEOUT_MS} unless the server sets another), above it a 422.",
     )
+    on_timeout: Literal["fail", "best"] = Field(
+        "fail",
+        description='Optimize mode, when the time limit passes before the search has finished: "fail" '
+        '(default) answers 504 solver-timeout; "best" returns the best plan found by then, with '
+        "`cost.time_limit_reached: true` and the method marked \"stopped at the time limit\" (such an "
+        "answer can differ from run to run). The search itself stops on counted work, never on the "
+        "clock, so an answer that finished is the same on an idle or a busy machine (docs/optimize.md).",
+    )
     explain: bool = Field(False, description="Also return a human explanation of the plan.")
     output_format: Literal["text", "json"] = Field("text", description="Format of the planned module.")
     why: list[Selector] = Field(
@@ -415,6 +423,7 @@ class PlanRequest(BaseModel):
             host_device=spec_to_plain(self.host_device),
             constraints=tuple(constraint_to_plain(c) for c in self.constraints),
             timeout_ms=timeout_ms,
+            on_timeout=self.on_timeout,
             z3_check=self.z3_check,
             check_types=self.check_types,
             mode=self.mode,
@@ -623,6 +632,11 @@ class CostOut(BaseModel):
     solver_ms: float = Field(..., description="Time spent choosing the devices.")
     estimates: list[EstimateOut] = Field(
         default_factory=list, description="Every estimate, with its location."
+    )
+    time_limit_reached: bool = Field(
+        False,
+        description='True when the time limit stopped the search (`on_timeout: "best"`): the best plan '
+        "found by then, not necessarily the one the finished search gives.",
     )
 
 

@@ -27,10 +27,10 @@ from .search_milp import Effort, milp_solve
 log = logging.getLogger(__name__)
 
 # The first window's classes, the smallest window, and the HiGHS effort one
-# window may take (nodes, nodes without progress).
+# window may take (nodes, checks, nodes without progress).
 FIRST_WINDOW = 160
 MIN_WINDOW = 40
-WINDOW_EFFORT = Effort(nodes=200, stall_nodes=60)
+WINDOW_EFFORT = Effort(nodes=200, checks=100, stall_nodes=60)
 # What a window costs besides its nodes (building and starting its MILP), in nodes.
 WINDOW_COST = 100
 

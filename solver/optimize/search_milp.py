@@ -57,6 +57,8 @@ from .problem import Problem, Weights, budget_violations, evaluate, identical_de
 log = logging.getLogger(__name__)
 
 _INF = highspy.kHighsInf
+# The fewest checks (`Effort`) the tie-break stage gets.
+STAGE2_CHECKS = 8
 
 
 @dataclass(frozen=True)
@@ -260,21 +262,22 @@ def _bound(dual: float, fixed_ns: int) -> int:
 
 @dataclass(frozen=True)
 class Effort:
-    """How much work one HiGHS run may do: branch-and-bound nodes, and with
-    `stall_nodes` a stop once that many nodes pass with neither the bound nor
-    the plan improving. Counted, so a run stops at the same point on an idle
-    or a busy machine (solver.work). (The root node's cuts and heuristics are
-    HiGHS's own, deterministic with one thread and a fixed seed; HiGHS's
-    callbacks do not report simplex iterations during a MIP, so they are not
-    limited here.)"""
+    """How much work one HiGHS run may do: branch-and-bound nodes; `checks`,
+    the times HiGHS checks its limits (it does so between the rounds of its
+    root node's cuts and heuristics and at every node, so this bounds the
+    root's work too, which nodes do not; its callbacks report no simplex
+    iterations during a MIP); and with `stall_nodes` a stop once that many
+    nodes pass with neither the bound nor the plan improving. Counted, so a
+    run stops at the same point on an idle or a busy machine (solver.work)."""
 
     nodes: int
+    checks: int = 1 << 40
     stall_nodes: int | None = None
 
     def scaled(self, share: float) -> Effort:
-        """This effort times `share` (at least one node)."""
+        """This effort times `share` (at least one node and one check)."""
         stall = None if self.stall_nodes is None else max(1, int(self.stall_nodes * share))
-        return Effort(max(1, int(self.nodes * share)), stall)
+        return Effort(max(1, int(self.nodes * share)), max(1, int(self.checks * share)), stall)
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,7 @@ class _Run:
     nodes: int = 0
     clock: bool = False
     iterations: int = 0
+    checks: int = 0
 
 
 def _run_here(
@@ -316,16 +320,20 @@ def _run_here(
     # the same points of the search whatever the machine's load.
     moved = [0, -math.inf]  # node count when the bound or the plan last improved, the bound then
     stop = [""]
+    checks = [0]
 
     def progress(event: Any) -> None:
         out = event.data_out
         dual = float(out.mip_dual_bound)
         nodes = int(out.mip_node_count)
+        checks[0] += 1
         if report is not None:
             report("bound", dual)
         if dual > moved[1] + 1e-6 * abs(moved[1]):
             moved[0], moved[1] = nodes, dual
-        if effort.stall_nodes is not None and nodes - moved[0] >= effort.stall_nodes:
+        if checks[0] >= effort.checks:
+            stop[0] = "stopped: work limit"
+        elif effort.stall_nodes is not None and nodes - moved[0] >= effort.stall_nodes:
             stop[0] = "stopped: stalled"
         if stop[0]:
             event.data_in.user_interrupt = True
@@ -352,6 +360,7 @@ def _run_here(
         int(info.mip_node_count),
         status == highspy.HighsModelStatus.kTimeLimit,
         int(info.simplex_iteration_count),
+        checks[0],
     )
 
 
@@ -469,13 +478,14 @@ def milp_solve(
     proven = False
     nodes = first.nodes
     log.info(
-        "HiGHS stage 1: %s in %d nodes, %d iterations (%d columns, %d nonzeros), run time %d ns, bound %d ns",
-        text, first.nodes, first.iterations, len(model.cost), len(model.row_index), ns, bound,
+        "HiGHS stage 1: %s in %d nodes, %d checks, %d iterations (%d columns), run time %d ns, bound %d ns",
+        text, first.nodes, first.checks, first.iterations, len(model.cost), ns, bound,
     )
     if ties and ns_proven and not work.cut_short:
         # Stage 2: the tie-breaks among plans of run time <= ns, with at most
-        # 0.3 of stage 1's effort: proving the tie-breaks must not double the work.
-        second_run = _run(model, model.tie, effort.scaled(0.3), work, assign, float(ns - problem.fixed_ns) + 0.5)
+        # 0.3 of the checks stage 1 made: proving the tie-breaks must not double the work.
+        tie_effort = Effort(max(1, int(0.3 * effort.nodes)), max(STAGE2_CHECKS, int(0.3 * first.checks)))
+        second_run = _run(model, model.tie, tie_effort, work, assign, float(ns - problem.fixed_ns) + 0.5)
         work.spend(second_run.nodes + 1, "highs")
         nodes += second_run.nodes
         second = second_run.assign
@@ -487,5 +497,8 @@ def milp_solve(
                 assign = second
                 proven = second_run.optimal
         text = f"{text}; ties {second_run.status}"
-        log.info("HiGHS stage 2: %s in %d nodes, %d iterations", text, second_run.nodes, second_run.iterations)
+        log.info(
+            "HiGHS stage 2: %s in %d nodes, %d checks, %d iterations",
+            text, second_run.nodes, second_run.checks, second_run.iterations,
+        )
     return MilpResult(assign, bound, ns_proven, proven, False, text, nodes)

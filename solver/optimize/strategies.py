@@ -205,10 +205,10 @@ OFFLOAD_GOAL_PPM = 8000
 # The obvious plans and the expansion: classes priced (segments) plus
 # classes and edges cut (each expansion move).
 SEARCH_UNITS = 4_000_000
-# The full MILP: HiGHS's nodes, and the nodes it may
+# The full MILP: HiGHS's nodes and checks (`search_milp.Effort`), and the nodes it may
 # go without improving its bound or plan (past its root it rarely moves the
 # bound of a budget problem).
-MILP_EFFORT = Effort(nodes=600, stall_nodes=150)
+MILP_EFFORT = Effort(nodes=600, checks=300, stall_nodes=150)
 # The windows (`search_lns`): HiGHS nodes over all windows (and WINDOW_COST a window).
 WINDOW_NODES = 4_000
 # The polish: classes and edges tried by single-class moves.
@@ -225,7 +225,7 @@ GAP_GOAL_PPM = 2500
 # at least COARSE_MIN free classes.
 COARSE_RUN = 8
 COARSE_MIN = 256
-COARSE_EFFORT = Effort(nodes=300, stall_nodes=100)
+COARSE_EFFORT = Effort(nodes=300, checks=60, stall_nodes=100)
 
 
 def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], work: Work) -> list[int]:
