@@ -30,6 +30,8 @@ from relay.ast import (
     TupleType,
     Type,
     Var,
+    device_copy_props,
+    on_device_props,
 )
 from relay.span import RelayError, Span
 from relay.traverse import not_primitive, post_order
@@ -122,12 +124,22 @@ def static_type_bytes(ty: Type | None) -> int | None:
 
 def stated_type(expr: Expr) -> Type | None:
     """The type a node states: a variable's annotation, a constant's data, a
-    call's `checked_type` (None when it states none)."""
-    if isinstance(expr, Var):
-        return expr.type_annotation
-    if isinstance(expr, Constant) and expr.data is not None:
-        return TensorType(tuple(expr.data.shape), expr.data.dtype)
-    return expr.checked_type
+    call's `checked_type` (None when it states none). An `on_device` or
+    `device_copy` that states none has its body's type, as Relay's type
+    rules give it: the planner's own wrappers (request pins, copies) carry
+    no stated type, and the value they wrap must keep its type (and so its
+    bytes and its readers' kernel costs) through them."""
+    while True:
+        if isinstance(expr, Var):
+            return expr.type_annotation
+        if isinstance(expr, Constant) and expr.data is not None:
+            return TensorType(tuple(expr.data.shape), expr.data.dtype)
+        if expr.checked_type is not None:
+            return expr.checked_type
+        wrapped = on_device_props(expr) or device_copy_props(expr)
+        if wrapped is None:
+            return None
+        expr = wrapped.body
 
 
 def module_types(module: Module, *, stated: bool = False) -> tuple[TypeOf, list[Estimate]]:
