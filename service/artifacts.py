@@ -64,6 +64,7 @@ KEYED_FIELDS: tuple[str, ...] = (
     "constraints",
     "mode",
     "on_timeout",
+    "overlap",
     "op_support",
     "device_profiles",
     "links",

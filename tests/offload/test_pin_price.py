@@ -51,7 +51,12 @@ def _cost(source: Source, job: PlanJob, pins: tuple[Mapping[str, Any], ...]) -> 
 
 
 def _figures(cost: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (cost["predicted_ms"], cost["copies"], cost["bytes_copied"], cost["per_device"])
+    """The plan's price: time, copies and each device's share (its peak memory aside: see below)."""
+    per_device = {
+        name: {k: v for k, v in figures.items() if k != "peak_memory_bytes"}
+        for name, figures in cost["per_device"].items()
+    }
+    return (cost["predicted_ms"], cost["copies"], cost["bytes_copied"], per_device)
 
 
 def _check_every_kind(job: PlanJob) -> int:

@@ -198,6 +198,7 @@ KEYED_CHANGES: list[tuple[str, Any]] = [
     ("constraints", [{"select": {"op": "negative"}, "device": "cpu:0"}]),
     ("mode", "optimize"),
     ("on_timeout", "best"),
+    ("overlap", False),
     ("op_support", {"cpu:1": {"unsupported": ["negative"]}}),
     ("device_profiles", {"cpu:1": {"peak_gflops": 10.0}}),
     ("device_profiles", {"cpu:1": {"memory_bytes": 1 << 20}}),
