@@ -256,6 +256,44 @@ def test_ctrl_c_stops_the_compile_and_leaves_nothing(tmp_path: Path) -> None:
     assert _leftovers(tmp_path, set()) == []
 
 
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_run_check_stops_its_sandbox_too(tmp_path: Path) -> None:
+    """SIGINT while the sandboxed run check runs: the check's processes end with the compile."""
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devplan", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    checking: list[int] = []
+    try:
+        while proc.poll() is None:  # the event: the sandboxed check has started
+            compile_procs = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
+            checking = [d for c in compile_procs for d in _descendants(c)]
+            if any("service.sandbox" in _cmdline(d) for d in checking):
+                break
+            time.sleep(0.02)  # polling interval, not a limit
+        assert proc.poll() is None, proc.communicate()
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    for pid in checking:
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid), (pid, _cmdline(pid))
+    assert _leftovers(tmp_path, {"kernel.py"}) == []
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

@@ -305,3 +305,12 @@ def test_links_and_assume_dim_reach_the_plan_as_on_the_command_line(tmp_path: Pa
     plain = devplan.plan(WITH_KERNEL, mode="optimize", constraints=pins)
     assert in_python.copies and in_python.cost.predicted_ms > plain.cost.predicted_ms + 5  # the link's 5 ms
     assert cli_main([*argv[:2], "--assume-dim", "0"]) == 1
+
+
+def test_relay_text_plans_to_the_services_text() -> None:
+    relay_text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) {\n  negative(%x)\n}\n'
+    plan = devplan.plan(relay_text, virtual_devices=["cpu", "cuda"], default_device="cpu")
+    status, answer = service_plan({"module": relay_text, "virtual_devices": ["cpu", "cuda"], "default_device": "cpu"})
+    assert status == 200 and plan.module == answer["module"]
+    assert plan.summary == answer["summary"] and plan.device_map == []
+    assert [p["device"] for p in plan.placements if p["kind"] == "operator"] == ["cpu"]
