@@ -44,7 +44,9 @@ def _kind_pins(outcome: PlanOutcome) -> dict[str, tuple[dict[str, Any], ...]]:
 
 
 def _cost(source: Source, job: PlanJob, pins: tuple[Mapping[str, Any], ...]) -> dict[str, Any]:
-    config = source.configure(build_config(dataclasses.replace(job, constraints=pins), LIMIT_MS, time.monotonic))
+    config = source.configure(
+        build_config(dataclasses.replace(job, constraints=pins), LIMIT_MS, time.monotonic)
+    )
     cost = plan_record(source, config).result.cost
     assert cost is not None
     return cost.to_json()
