@@ -99,6 +99,22 @@ def test_documented_route_table_names_real_routes() -> None:
     assert named <= routes, f"http-api.md rows without a route: {sorted(named - routes)}"
 
 
+def test_documented_error_table_names_every_problem_kind() -> None:
+    """docs/http-api.md's error table lists every problem kind, under its status."""
+    from service.errors import ALL_KINDS
+
+    text = HTTP_API.read_text()
+    table = text[text.index("| status | kinds |") :]
+    table = table[: table.index("\n\n")]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        status, kinds = line.strip("|").split("|", 1)
+        for code in re.findall(r"\d{3}", status):
+            rows.setdefault(int(code), set()).update(re.findall(r"`([a-z-]+)`", kinds))
+    missing = [(k.status, k.slug) for k in ALL_KINDS if k.slug not in rows.get(k.status, set())]
+    assert not missing, f"docs/http-api.md's error table lacks {missing}"
+
+
 def test_byte_size_is_positive_and_strict() -> None:
     from pydantic import TypeAdapter, ValidationError
 
