@@ -40,6 +40,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -167,6 +169,41 @@ class OpenArtifact:
     size: int
 
 
+def is_regular(path: Path) -> bool:
+    """True when `path` itself (not what a link points at) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_regular(path: Path) -> str:
+    """The text of `path`, never through a link (OSError for a link or a directory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return file.read().decode()
+
+
+def clear_non_file(path: Path) -> None:
+    """Remove whatever is at `path` unless it is a regular file: a directory (with what it
+    holds) or a link (the link, never its target). An artifact's final name is then free
+    for the atomic rename that puts the artifact there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    log.warning("artifact store: removing a %s at %s", "directory" if stat.S_ISDIR(mode) else "non-file", path.name)
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 class ArtifactStore:
     """Libraries by SHA-256 and responses by cache key, under a quota (see the module docstring)."""
 
@@ -219,10 +256,12 @@ class ArtifactStore:
         """The stored response of `key`, if its library is still there (and marked used)."""
         with self._locked(exclusive=False):
             try:
-                entry = json.loads(self._entry(key).read_text())
+                entry = json.loads(read_regular(self._entry(key)))
                 library = self.library(str(entry["artifact_id"]))
-                os.utime(library)  # LRU: a hit counts as a use
-                os.utime(self._entry(key))
+                if not is_regular(library):
+                    return None  # a link or a directory is no artifact
+                os.utime(library, follow_symlinks=False)  # LRU: a hit counts as a use
+                os.utime(self._entry(key), follow_symlinks=False)
             except (OSError, ValueError, KeyError, TypeError):
                 return None
         return entry if isinstance(entry, dict) else None
@@ -236,7 +275,12 @@ class ArtifactStore:
         try:
             entry_tmp.write_text(json.dumps(response))
             with self._locked(exclusive=False):
-                os.replace(tmp, self.library(artifact_id))  # same bytes if it existed: same name
+                # Whatever sits at a final name and is not a regular file (a directory, a link,
+                # left by anything that could write here) is cleared, not followed or tripped on.
+                library = self.library(artifact_id)
+                clear_non_file(library)
+                os.replace(tmp, library)  # same bytes if it existed: same name
+                clear_non_file(self._entry(key))
                 os.replace(entry_tmp, self._entry(key))
         finally:
             self.discard(tmp)
@@ -247,11 +291,14 @@ class ArtifactStore:
         """Open a library for a download (None when absent); the caller closes `fd`."""
         with self._locked(exclusive=False):
             try:
-                fd = os.open(self.library(artifact_id), os.O_RDONLY)
+                fd = os.open(self.library(artifact_id), os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
                 return None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                return None
             with contextlib.suppress(OSError):
-                os.utime(self.library(artifact_id))
+                os.utime(fd)
         return OpenArtifact(fd, os.fstat(fd).st_size)
 
     # -- eviction

@@ -31,7 +31,7 @@ from .build_rewrites import rewrite_for_build
 from .errors import BridgeError, TargetError
 from .kernel_guard import REFUSED_TARGET_KINDS, check_kernels
 from .lower import vdevices_of
-from .targets import TargetSpec, target_map
+from .targets import TargetSpec, check_tvm_target, target_map
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +337,41 @@ def _refuse_source_targets(targets: Sequence[Any]) -> None:
                 )
 
 
+def check_module_targets(mod: tvm.IRModule) -> None:
+    """Every target a module carries, checked as the request's are (`check_target_options`:
+    no option that sets process-wide LLVM or TVM state): each vdevice's (its host
+    included) and each kernel's own `target` attribute. TargetError names the option."""
+    seen: set[str] = set()
+
+    def check(target: Any, where: str) -> None:
+        text = str(target)
+        if text not in seen:
+            check_tvm_target(target, where=where)
+            seen.add(text)
+
+    for vd in vdevices_of(mod):
+        check(vd.target, f"vdevice {vd.target.kind.name}:{int(vd.vdevice_id)}")
+
+    def visit(expr: Any) -> None:
+        # vdevices named in a type or a `to_vdevice` rather than in the module's table
+        vd = getattr(getattr(expr, "ty", None), "vdevice", None)
+        attrs = getattr(expr, "attrs", None) if isinstance(expr, relax.Call) else None
+        dst = getattr(attrs, "dst_vdevice", None) if attrs is not None else None
+        for found in (vd, dst):
+            if found is not None and getattr(found, "target", None) is not None:
+                check(found.target, f"vdevice {found.target.kind.name}:{int(found.vdevice_id)}")
+
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            for param in func.params:
+                visit(param)
+            relax.analysis.post_order_visit(func, visit)
+        attrs = getattr(func, "attrs", None)
+        target = attrs.get("target") if attrs is not None and "target" in attrs else None
+        if target is not None:
+            check(target, f"the target of kernel {gv.name_hint}")
+
+
 def kernel_name(func: Any, gv: Any) -> str:
     """The name a kernel has in the caller's module (its TVMScript `def` name), for
     one the bridge copied per target (`k_cuda`) too."""
@@ -367,6 +402,7 @@ def compile(
 
         single = tvm_target(spec, cuda_arch=cuda_arch)
     _refuse_source_targets([single] if single is not None else [vd.target for vd in vdevs])
+    check_module_targets(relax_mod)
     try:
         check_kernels(relax_mod)  # read_relax checked the caller's text already: the bridge's own check
     except ParseError as err:

@@ -54,6 +54,8 @@ from tvm_ffi import core as ffi_core
 
 from relay.span import ParseError
 
+from .op_attrs_table import OP_ATTRS
+
 __all__ = ["MAX_DEPTH", "check_json_graph", "load_checked_json", "registered_axes", "verify_module"]
 
 log = logging.getLogger(__name__)
@@ -340,6 +342,8 @@ class _Graph:
                 raise _Bad(i, f"`{key}` data alternates keys and values: an even count of indices")
         else:
             refs = self._object(i, key, data)
+            if key == "ir.Call":
+                self._call(i, data)
         self.types.append(key)
         self.lineages.append(_lineage(key))
         depth = 1
@@ -349,6 +353,39 @@ class _Graph:
         if depth > MAX_DEPTH:
             raise _Bad(i, f"references nest deeper than {MAX_DEPTH} levels")
         self.depth.append(depth)
+
+    def _call(self, i: int, data: dict[str, Any]) -> None:
+        """A call as TVM's constructors make it (TVM's C++ casts without checking, so
+        anything else crashes the reader): its operator an `ir.Op`, a global function,
+        an extern function or a variable of function type; a Relax operator's
+        attributes of the type its constructor gives (`OP_ATTRS`)."""
+        op = data.get("op")
+        attrs = data.get("attrs", 0)
+        op_type = self.types[op]
+        if op_type in ("ir.Var", "relax.expr.DataflowVar", "ir.GlobalVar"):
+            ty = self.nodes[op].get("data", {}).get("ty")
+            ty_type = self.types[ty] if _is_int(ty) and 0 <= ty < i else "None"
+            if ty_type not in _FUNCTION_TYPES and not (op_type == "ir.GlobalVar" and ty_type == "None"):
+                raise _Bad(i, f"a call's operator is node {op}, a `{op_type}` of type `{ty_type}`, not a function")
+            return
+        if op_type == "relax.expr.ExternFunc":
+            return
+        if op_type != "ir.Op":
+            raise _Bad(
+                i,
+                f"a call's operator is node {op}, a `{op_type}`: an operator, a global function, "
+                "an extern function or a variable of function type is expected",
+            )
+        name = self.nodes[op].get("data")
+        attrs_type = self.types[attrs] if _is_int(attrs) else "None"
+        expected = _expected_attrs(name) if isinstance(name, str) else _UNCHECKED
+        if expected is _UNCHECKED:
+            return
+        if expected is None:
+            if attrs_type not in ("None", "ir.DictAttrs"):
+                raise _Bad(i, f"a call of `{name}` takes no attributes, not a `{attrs_type}` (node {attrs})")
+        elif attrs_type != expected:
+            raise _Bad(i, f"a call of `{name}` needs attributes of type `{expected}`, not `{attrs_type}` (node {attrs})")
 
     def _plain(self, i: int, key: str, data: Any) -> None:
         if not _PLAIN_CHECKS[key](data):
@@ -482,6 +519,27 @@ class _Graph:
             raise _Bad(i, f"{where} refers to node {node} (`{key}`), which is not a {origin}")
         return []
 
+
+
+# The node types of a function's type (what a called variable must have).
+_FUNCTION_TYPES = frozenset({"relax.FuncType", "ir.FuncType"})
+_UNCHECKED = "unchecked"
+
+
+@cache
+def _expected_attrs(name: str) -> str | None:
+    """The attributes type a call of operator `name` must carry (None: no attributes,
+    or a `DictAttrs`), from the operator's declaration and OP_ATTRS; `_UNCHECKED`
+    for operators outside Relax (TIR's intrinsics carry none)."""
+    if not name.startswith("relax."):
+        return _UNCHECKED
+    try:
+        declared = str(tvm.ir.Op.get(name).attrs_type_key)
+    except Exception:  # noqa: BLE001 - not registered: the loader's own check refuses it
+        return _UNCHECKED
+    if declared:
+        return declared
+    return OP_ATTRS.get(name)
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

@@ -55,6 +55,25 @@ DEFAULT_TARGETS: dict[str, dict[str, Any]] = {
 # Attributes TVM 0.19 filled in that carry no information for TVM 0.27.
 _DROPPED_ATTRS = {"keys", "tag"}
 
+# Target options a caller may set: those that change the generated code, by allowlist. A
+# target is built in the compile process, outside the run check's sandbox, so an option
+# that sets a process-wide LLVM or TVM setting (`cl-opt`: any LLVM command-line flag, such
+# as `-print-after-all` or `-ir-dump-directory=/any/path`; `jit`; `libs`, which hands
+# kernels to external libraries; `from_device`, `target_device_type`) is refused, naming it.
+# Options of every kind: the words TVM fills in itself.
+_COMMON_OPTIONS = frozenset({"kind", "host", "keys", "tag", "device", "model"})
+# String options per kind that choose the code (a CPU, an instruction set, an ABI, a GPU arch).
+_STRING_OPTIONS = frozenset({"mtriple", "mcpu", "mattr", "mabi", "mfloat-abi", "march", "arch"})
+# Integer and boolean options that are not code choices.
+_NOT_CODE_OPTIONS = frozenset({"from_device", "target_device_type", "driver_version"})
+# A target option's word (or list entry): an LLVM triple, CPU or feature (`+avx2`), an arch.
+_OPTION_WORD = re.compile(r"[A-Za-z0-9_.+\-]{1,64}")
+# Integer options (thread counts, vector widths, memory sizes) lie in [0, 2**31).
+_OPTION_INT_MAX = 2**31 - 1
+# At most this many entries in a list option (`mattr`, `keys`) and levels of `host`.
+_OPTION_LIST_MAX = 64
+_HOST_DEPTH_MAX = 2
+
 
 @functools.lru_cache(maxsize=1)
 def supported_cuda_archs() -> tuple[int, ...]:
@@ -182,7 +201,75 @@ def target_dict(
             log.log(level, "CUDA arch %s is not supported by the installed nvcc; using %s", arch, wanted)
             out["arch"] = wanted
         out.setdefault("host", {"kind": "llvm"})
+    check_target_options(out)
     validate_target(out)
+    return out
+
+
+def check_target_options(spec: Mapping[str, Any], *, where: str = "target", depth: int = 0) -> None:
+    """Raise TargetError naming the first option of `spec` (a target dict, `host` included)
+    that is not a code choice (see `_COMMON_OPTIONS`): TVM's `cl-opt` and the like set
+    process-wide state of the compiling process. Values are words, bounded integers,
+    booleans or short lists of words."""
+    kind = spec.get("kind")
+    if not isinstance(kind, str) or not _OPTION_WORD.fullmatch(kind):
+        raise TargetError(f"{where}: a target needs a `kind` word")
+    declared = _kind_options(kind)
+    for name, value in spec.items():
+        if name == "kind":
+            continue
+        label = f"{where} option `{name}` (kind {kind})"
+        if name == "host":
+            if depth >= _HOST_DEPTH_MAX:
+                raise TargetError(f"{label}: hosts nest at most {_HOST_DEPTH_MAX} levels")
+            if isinstance(value, Mapping):
+                check_target_options(value, where=f"{where} host", depth=depth + 1)
+            elif not isinstance(value, str):
+                raise TargetError(f"{label}: a host is a target")
+            continue
+        kind_of = declared.get(name)
+        allowed = name in _COMMON_OPTIONS or name in _STRING_OPTIONS or (
+            kind_of in ("int", "bool") and name not in _NOT_CODE_OPTIONS
+        )
+        if kind_of is None or not allowed:
+            raise TargetError(
+                f"{label} is not accepted: a target may set only options that choose the generated "
+                "code (such as mcpu, mattr, mtriple, arch, opt-level, fast-math); options that set "
+                "process-wide LLVM or TVM state (cl-opt, jit, libs) are refused"
+            )
+        _check_option_value(label, value)
+
+
+def _check_option_value(label: str, value: Any) -> None:
+    """A target option's value: a word, a bounded integer, a boolean, or a short list of words."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not 0 <= value <= _OPTION_INT_MAX:
+            raise TargetError(f"{label}: {value} is out of range [0, {_OPTION_INT_MAX}]")
+        return
+    if isinstance(value, str):
+        if value and not _OPTION_WORD.fullmatch(value):
+            raise TargetError(f"{label}: {value[:80]!r} is not a plain word (letters, digits, _ . + -)")
+        return
+    if isinstance(value, (list, tuple)) and len(value) <= _OPTION_LIST_MAX:
+        for item in value:
+            if not isinstance(item, str) or not _OPTION_WORD.fullmatch(item):
+                raise TargetError(f"{label}: list entries are plain words, not {str(item)[:80]!r}")
+        return
+    raise TargetError(f"{label}: not a word, an integer, a boolean or a short list of words")
+
+
+def check_tvm_target(target: Any, *, where: str = "target") -> None:
+    """`check_target_options` for a `tvm.target.Target` (a vdevice's, a kernel's)."""
+    check_target_options(_exported(target), where=where)
+
+
+def _exported(target: Any) -> dict[str, Any]:
+    out = dict(target.export())
+    host = out.get("host")
+    if host is not None and not isinstance(host, Mapping):
+        out["host"] = _exported(host)
     return out
 
 

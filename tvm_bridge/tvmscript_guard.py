@@ -730,6 +730,9 @@ def _arithmetic(node: ast.BinOp) -> None:
         for side in (node.left, node.right)
     ):
         raise _Refused(node, "repeating a sequence or string (`*`) is not allowed in TVMScript")
+    if isinstance(node.op, ast.Mod) and _string_valued(node.left):
+        # `"%300000000s" % "0"` builds a 300 MB string in the parser, as `*` would.
+        raise _Refused(node, "formatting a string with `%` is not allowed in TVMScript")
     if isinstance(node.op, ast.Pow | ast.LShift):
         right = node.right
         small = (
@@ -742,6 +745,25 @@ def _arithmetic(node: ast.BinOp) -> None:
             raise _Refused(node, f"`**` and `<<` need a literal integer of at most {MAX_LITERAL_EXPONENT} on the right in TVMScript")
     if isinstance(node.op, ast.Pow) and not _is_number_literal(node.left):
         raise _Refused(node.left, "`**` needs a number literal on the left in TVMScript (`2 ** 16`)")
+
+
+def _string_valued(node: ast.expr) -> bool:
+    """True when `node` is (or is built from, through subscripts and operators) a string or
+    bytes literal or a sequence holding one: the left side of a `%` that formats text."""
+    work: list[ast.expr] = [node]
+    while work:
+        item = work.pop()
+        if isinstance(item, ast.Constant) and isinstance(item.value, str | bytes) or isinstance(item, ast.JoinedStr):
+            return True
+        if isinstance(item, ast.Subscript):
+            work.append(item.value)
+        elif isinstance(item, ast.BinOp):
+            work.extend((item.left, item.right))
+        elif isinstance(item, ast.Tuple | ast.List):
+            work.extend(item.elts)
+        elif isinstance(item, ast.IfExp):
+            work.extend((item.body, item.orelse))
+    return False
 
 
 def _is_number_literal(node: ast.expr) -> bool:
