@@ -111,15 +111,27 @@ def _bridge_step(step: Callable[[], T], kind: str) -> tuple[T, float]:
 def compile_request(job: CompileJob) -> dict[str, Any]:
     """Plan if needed, lower, compile, export to `job.library`, optionally check.
 
+    The one compile entry point: /compile, /jobs/compile, the queue worker and the CLI
+    all come here (through `CompileRun` where a process is wanted), so every guard of
+    what a caller sends is here: the module's size against the compile process's memory
+    (`/plan`'s estimate) and the run check's data against `run_check_max_bytes`; target
+    options by allowlist (the request's, then every vdevice's and kernel's in
+    `tvm_bridge.compile`); the run check's answer parsed against the module's outputs.
+    In a compile process, `PLANNED` is told once reading and planning are done:
+    `CompileRun` holds those phases to the request's `timeout_ms`.
+
     Raises PlanFailure for every expected failure (kinds of /plan plus
-    unsupported-construct, invalid-target, compile-failed, invalid-check).
-    Returns the library's SHA-256, size and the report.
+    unsupported-construct, invalid-target, compile-failed, invalid-check,
+    module-too-large, run-check-failed). Returns the library's SHA-256, size and the report.
     """
     import relay
     import tvm_bridge
     from service.planning import job_language, parse_module, run_plan
     from tvm_bridge.check import is_planned, strip_devices
 
+    _refuse_large_text(job)
+    # The request's targets, checked (allowlist) before minutes of planning and compiling.
+    _bridge_step(lambda: tvm_bridge.target_map(job.targets, cuda_arch=job.cuda_arch), INVALID_TARGET.slug)
     if job_language(job.plan) == "relax":
         return _compile_relax(job)
     module = parse_module(job.plan)
@@ -133,6 +145,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
         outcome = run_plan(job.plan)
         module = relay.parse_text(outcome.module, name=job.plan.name)
         plan_ms = (time.perf_counter() - start) * 1000
+    _planned()
     lowered, lower_ms = _bridge_step(
         lambda: tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch), UNSUPPORTED_MODULE.slug
     )
@@ -175,6 +188,7 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
     inputs = None
     if job.run_check:
         inputs = _check_inputs(relax_plan.translate(original).functions.get("main"), "main")
+    _planned()
     return _build(
         job,
         planned,
@@ -185,6 +199,53 @@ def _compile_relax(job: CompileJob) -> dict[str, Any]:
         lower_ms=0.0,
         source=source,
     )
+
+
+# Told (in a compile process) when the compile's reading and planning are done.
+PLANNED: list[Callable[[], None]] = []
+
+
+def _planned() -> None:
+    for notice in PLANNED:
+        notice()
+
+
+def _refuse_large_text(job: CompileJob) -> None:
+    """/plan's size estimate (DEVPLAN_MEMORY_PER_INPUT_BYTE per byte of module text, a
+    sixth of it for TVM JSON) applied to the compile process: a module that cannot fit
+    in its memory (DEVPLAN_COMPILE_MEMORY_BYTES) is refused before it is read."""
+    from service.planning import detect_format
+
+    settings = get_settings()
+    per_byte = float(settings.memory_per_input_byte)
+    if (job.plan.input_format or detect_format(job.plan.module)) == "json":
+        per_byte /= 6
+    limit = int(settings.compile_memory_bytes)
+    estimate = len(job.plan.module) * per_byte
+    if per_byte and estimate > limit:
+        raise PlanFailure.plain(
+            MODULE_TOO_LARGE.slug,
+            f"the module ({len(job.plan.module)} bytes of text) needs an estimated {sandbox.size_text(int(estimate))} "
+            f"to compile, more than a compile process may use ({sandbox.size_text(limit)}, "
+            "DEVPLAN_COMPILE_MEMORY_BYTES); compile a smaller module or raise the limit",
+        )
+
+
+def _refuse_large_check(lowered: Any) -> None:
+    """The run check's data (`tvm_bridge.check.run_check_bytes`: its inputs, and every tensor
+    the entry function binds, once per build) held to DEVPLAN_RUN_CHECK_MAX_BYTES: past
+    it, 422 module-too-large before anything is drawn, written or run."""
+    from tvm_bridge.check import run_check_bytes
+
+    limit = int(get_settings().run_check_max_bytes)
+    need = run_check_bytes(lowered)
+    if limit and need > limit:
+        raise PlanFailure.plain(
+            MODULE_TOO_LARGE.slug,
+            f"the run check would hold an estimated {sandbox.size_text(need)} of tensors (inputs, and every "
+            f"value of main in both builds), more than it may ({sandbox.size_text(limit)}, "
+            "DEVPLAN_RUN_CHECK_MAX_BYTES); turn run_check off, or raise the limit",
+        )
 
 
 def _check_inputs(main: Any | None, name: str) -> Any:
@@ -220,7 +281,11 @@ def _build(
     import hashlib
 
     import tvm_bridge
+    from tvm_bridge.check import output_spec
     from tvm_bridge.kernel_guard import def_span
+
+    if inputs is not None:
+        _refuse_large_check(lowered)
 
     def build_lowered() -> Any:
         try:
@@ -243,7 +308,7 @@ def _build(
             # The reference is the caller's module built again (without devices): it can fail
             # where the planned one did not (a kernel named like a function of the module).
             built_reference, _ = _bridge_step(reference, COMPILE_FAILED.slug)
-            check = run_check(job, compiled, built_reference, inputs)
+            check = run_check(job, compiled, built_reference, inputs, output_spec(lowered))
     return {
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_bytes": len(data),
@@ -271,10 +336,11 @@ def _program(library: str, compiled: Any) -> sandbox.Program:
     return sandbox.Program(library, devices, tuple(inputs) if inputs is not None else ())
 
 
-def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> dict[str, Any]:
+def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any, expected: Any = None) -> dict[str, Any]:
     """The report's `check`: the built library and the reference run on `inputs` in the
     sandbox (the library as exported to `job.library`), or here when the sandbox is off,
-    and their largest difference."""
+    and their largest difference. The sandbox's answer is read against `expected` (the
+    module's outputs, `tvm_bridge.check.output_spec`): anything else is run-check-failed."""
     import tvm_bridge
     from tvm_bridge.check import max_abs_error
 
@@ -297,7 +363,7 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
             shutil.copyfile(job.library, directory / "built.so")
             reference.export_library(directory / "reference.so")
             programs = [_program("built.so", compiled), _program("reference.so", reference)]
-            ran = sandbox.run_programs(config, directory, programs, inputs)
+            ran = sandbox.run_programs(config, directory, programs, inputs, expected)
     except sandbox.SandboxFailure as err:
         failure = err
     # (Raised out here: a PlanFailure is frozen, and a context manager's exit sets the
@@ -307,15 +373,34 @@ def run_check(job: CompileJob, compiled: Any, reference: Any, inputs: Any) -> di
             whole = config.compile_limits.wall_s
             failure = sandbox.SandboxFailure("wall-clock", f"{failure.detail} (the rest of the compile's {whole:g} s)")
         raise check_failure(failure)
-    built, expected = ran.outputs
+    built, reference_out = ran.outputs
+    mismatch = _mismatch(built, reference_out)
+    if mismatch is not None:
+        raise PlanFailure.plain(RUN_CHECK_FAILED.slug, f"the run check's answer was refused: {mismatch}")
     return {
-        "max_abs_error": max_abs_error(built, expected),
+        "max_abs_error": max_abs_error(built, reference_out),
         "sandbox": list(config.layers),
         "cpu_s": ran.cpu_s,
         "peak_bytes": ran.peak_bytes,
         "peak_data_bytes": ran.peak_data_bytes,
         "wall_s": ran.wall_s,
     }
+
+
+def _mismatch(built: Any, reference: Any, at: str = "output") -> str | None:
+    """Where the library's outputs and the reference's differ in structure or shape (the
+    answer's shapes were checked against the module's, but a symbolic dimension can
+    differ between the two), None when they can be compared element by element."""
+    work = [(built, reference, at)]
+    while work:
+        a, b, where = work.pop()
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)):
+                return f"{where}: the library and the reference return different tuples"
+            work.extend((x, y, f"{where}.{k}") for k, (x, y) in enumerate(zip(a, b)))
+        elif getattr(a, "shape", None) != getattr(b, "shape", None):
+            return f"{where}: the library returns shape {getattr(a, 'shape', None)}, the reference {getattr(b, 'shape', None)}"
+    return None
 
 
 def _within_compile(config: SandboxConfig) -> sandbox.Limits:
@@ -340,6 +425,8 @@ def check_failure(failure: sandbox.SandboxFailure) -> PlanFailure:
         return PlanFailure.plain(COMPILE_TIMEOUT.slug, f"the run check hit its {failure.detail}")
     if failure.limit == "start":
         return internal_failure(failure.detail)
+    if failure.limit == "answer":
+        return PlanFailure.plain(RUN_CHECK_FAILED.slug, f"the run check's answer was refused: {failure.detail}")
     return PlanFailure.plain(RUN_CHECK_FAILED.slug, f"the run check was stopped: {failure.detail}")
 
 
@@ -397,6 +484,11 @@ Target = Callable[[CompileJob, multiprocessing.connection.Connection], None]
 
 # The key of a compile answer that carries the worker's dropped log records.
 LOG_DROPS_KEY = "log_records_dropped"
+# The key of a compile process's notice that a phase began (before its answer).
+PHASE_KEY = "phase"
+# How often CompileRun looks at a running compile: its resident set (the watchdog) and
+# the planning deadline; the overshoot past the memory limit is what it allocates meanwhile.
+_WATCH_S = 0.02
 
 
 def _process_main(
@@ -415,6 +507,12 @@ def _process_main(
     config = job.sandbox if job.sandbox is not None else sandbox.config_from(get_settings())
     if config.enabled and config.compile_limits is not None:
         sandbox.limit_process(config.compile_limits, hard_cpu=False)
+    # The phases CompileRun times (the request's timeout_ms): from here, once TVM is
+    # imported (seconds the caller's limit should not pay), to the end of planning.
+    with contextlib.suppress(ImportError):
+        import tvm_bridge  # noqa: F401
+    conn.send({PHASE_KEY: "reading"})
+    PLANNED.append(lambda: conn.send({PHASE_KEY: "planned"}))
     target(dataclasses.replace(job, sandbox=config), conn)
 
 
@@ -434,28 +532,73 @@ class CompileRun:
             daemon=True,
             name="devplan-compile",
         )
-        self._poll: asyncio.Future[bool] | None = None
+        self._poll: asyncio.Future[dict[str, Any] | None] | None = None
         self.proc.start()
         sender.close()
 
     async def wait(self, timeout_s: float) -> dict[str, Any] | None:
         """The worker's answer; None when it did not answer within `timeout_s`
-        (the caller then stops it). Cancelling this leaves the process running
-        until `stop()`."""
+        (the caller then stops it). Meanwhile its resident set is watched as the
+        planning workers' is (over the compile memory limit: module-too-large), and
+        reading and planning are held to the request's `timeout_ms` (past it:
+        solver-timeout); after either the process is killed. Cancelling this leaves
+        the process running until `stop()`."""
         loop = asyncio.get_running_loop()
-        self._poll = loop.run_in_executor(None, self._receiver.poll, timeout_s)
-        ready = await self._poll
-        if not ready:
+        self._poll = loop.run_in_executor(None, self._watch, timeout_s)
+        answer = await self._poll
+        if answer is None:
             return None
-        try:
-            answer: dict[str, Any] = self._receiver.recv()
-        except EOFError:
-            self.proc.join(5)
-            answer = {"error": died(self.proc.exitcode, self.job.sandbox).as_dict()}
         from service.logs import note_worker_drops
 
         note_worker_drops("compile", answer.pop(LOG_DROPS_KEY, 0))
         return answer
+
+    def _watch(self, timeout_s: float) -> dict[str, Any] | None:
+        """`wait`'s loop, in a thread: the answer, a failure of the watch, or None."""
+        from service.planning import deadline_s, timeout_failure
+        from service.pool import resident_bytes
+
+        end = time.monotonic() + timeout_s
+        plan_end: float | None = None
+        memory = self._memory_limit()
+        while True:
+            now = time.monotonic()
+            remaining = min(end, plan_end if plan_end is not None else end) - now
+            if remaining <= 0:
+                if plan_end is not None and now >= plan_end:
+                    self.proc.kill()
+                    timeout_ms = self.job.plan.timeout_ms
+                    return {"error": timeout_failure(timeout_ms, "compile's reading and planning").as_dict()}
+                return None
+            try:
+                ready = self._receiver.poll(min(remaining, _WATCH_S))
+                message: dict[str, Any] | None = self._receiver.recv() if ready else None
+            except (EOFError, OSError):
+                self.proc.join(5)
+                return {"error": died(self.proc.exitcode, self.job.sandbox).as_dict()}
+            if message is not None:
+                phase = message.get(PHASE_KEY)
+                if phase == "reading":
+                    plan_end = time.monotonic() + deadline_s(self.job.plan.timeout_ms)
+                elif phase == "planned":
+                    plan_end = None
+                else:
+                    return message
+            if memory:
+                rss = resident_bytes(self.proc.pid)
+                if rss is not None and rss > memory:
+                    self.proc.kill()  # now, not after the answer is on its way
+                    log.warning("compile used %d MiB, over its limit of %d MiB; killed", rss >> 20, memory >> 20)
+                    size = sandbox.size_text(memory)
+                    failure = PlanFailure.plain(MODULE_TOO_LARGE.slug, f"compiling hit its memory limit {size}")
+                    return {"error": failure.as_dict()}
+
+    def _memory_limit(self) -> int:
+        """The compile process's resident-set limit: its data-segment limit (0: none)."""
+        config = self.job.sandbox
+        if config is not None:
+            return config.compile_limits.memory_bytes if config.compile_limits is not None else 0
+        return int(get_settings().compile_memory_bytes)
 
     def stop(self) -> None:
         """Kill the process if it still runs, reap it, and remove its temporary

@@ -96,11 +96,19 @@ class Settings(BaseSettings):
         ge=0,
         description="Largest file a run check may write (RLIMIT_FSIZE; it has no file to write).",
     )
+    run_check_max_bytes: Bytes = Field(
+        4 * 1024 * 1024 * 1024,
+        ge=0,
+        description="Largest estimated tensor data of one run check (its inputs, and every tensor the entry "
+        "function binds, once per build); a run check estimated above it is refused before it runs (422 "
+        "module-too-large). 0: no limit.",
+    )
     compile_memory_bytes: Bytes = Field(
         16 * 1024 * 1024 * 1024,
         ge=256 * 1024 * 1024,
-        description="Data segment of one compile process (RLIMIT_DATA; 422 module-too-large); its run check "
-        "gets at most this too. Its CPU seconds are limited to compile_timeout_s.",
+        description="Data segment of one compile process (RLIMIT_DATA; 422 module-too-large), also the limit of "
+        "its resident set, which the web process watches as it watches planning workers; its run check gets at "
+        "most this too. Its CPU seconds are limited to compile_timeout_s.",
     )
     compile_file_bytes: Bytes = Field(
         4 * 1024 * 1024 * 1024,

@@ -457,11 +457,18 @@ def _fit(which: int, soft: int, hard: int) -> tuple[int, int]:
 
 
 def run_programs(
-    config: SandboxConfig, directory: Path, programs: Sequence[Program], inputs: Sequence[Any]
+    config: SandboxConfig,
+    directory: Path,
+    programs: Sequence[Program],
+    inputs: Sequence[Any],
+    expected: Any = None,
 ) -> Ran:
     """Run each program's function on `inputs` in one sandboxed child working in
     `directory` (which holds the programs' libraries): their outputs (numpy arrays,
-    tuples for tuple results), in order, and the child's use. Raises SandboxFailure."""
+    tuples for tuple results), in order, and the child's use. Raises SandboxFailure.
+
+    `expected` (see `_read_answer`) is what every program must return; the answer is
+    read up to what that can weigh (`answer_cap`) and parsed against it."""
     import numpy as np
 
     names = []
@@ -479,14 +486,19 @@ def run_programs(
     }
     (directory / SPEC_FILE).write_text(json.dumps(spec))
     prefix = _bwrap_command(directory, gpu) if config.bubblewrap else []
-    ending = _run_child(prefix, directory, config.limits)
+    cap = answer_cap(expected, len(programs), config.limits)
+    ending = _run_child(prefix, directory, config.limits, cap)
     if ending.timed_out:
         raise SandboxFailure("wall-clock", f"wall-clock limit {_seconds(config.limits.wall_s)}")
+    if ending.overflow:
+        raise SandboxFailure(
+            "answer", f"the run's answer was larger than its outputs can be ({size_text(cap)}); reading stopped there"
+        )
     failure = _classify(ending, config)
     if failure is not None:
         raise failure
     return Ran(
-        _read_answer(ending.data),
+        _read_answer(ending.data, expected, len(programs)),
         round(ending.cpu_s, 3),
         ending.peak_resident,
         round(ending.wall_s, 3),
@@ -507,6 +519,7 @@ class Ending:
     peak_data: int = 0
     wall_s: float = 0.0
     timed_out: bool = False
+    overflow: bool = False  # the answer passed its cap: reading stopped, the child was killed
 
 
 class _MemorySampler:
@@ -548,11 +561,10 @@ class _MemorySampler:
 _MEMORY_SAMPLE_S = 0.02
 
 
-def _run_child(prefix: list[str], directory: Path, limits: Limits) -> Ending:
+def _run_child(prefix: list[str], directory: Path, limits: Limits, cap: int) -> Ending:
     """Start the child, collect its answer until it exits (at most the wall-clock limit,
-    then its process group is killed) while sampling its memory, and reap it."""
-    # The answer can be no larger than the memory the child may hold, plus its header.
-    cap = limits.memory_bytes + (1 << 20)
+    then its process group is killed; at most `cap` bytes, then it is killed too) while
+    sampling its memory, and reap it."""
     read_end, write_end = os.pipe()
     parent = "0" if prefix else str(os.getpid())
     stderr_path = directory / "stderr"  # written through the descriptor only (read-only in bwrap)
@@ -578,7 +590,7 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> Ending:
     memory = _MemorySampler(proc.pid, bool(prefix))
     chunks: list[bytes] = []
     size = 0
-    timed_out = False
+    timed_out = overflow = False
     pidfd = _pidfd(proc.pid)
     try:
         eof = exited = False
@@ -597,13 +609,14 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> Ending:
             waiting = ([] if eof else [read_end]) + ([] if exited or pidfd is None else [pidfd])
             ready, _, _ = select.select(waiting, [], [], wait_s)
             if read_end in ready:
-                chunk = os.read(read_end, 1 << 20)
+                chunk = os.read(read_end, min(1 << 20, cap + 1 - size))
                 if not chunk:
                     eof = True
                 size += len(chunk)
                 chunks.append(chunk)
                 if size > cap:
-                    break  # an answer larger than it can be: killed below, refused as malformed
+                    overflow = True
+                    break  # an answer larger than it can be: killed below, refused
             if pidfd is not None and pidfd in ready:
                 exited = True
                 _kill_group(proc.pid)  # whatever it left behind holds the pipe open
@@ -625,6 +638,7 @@ def _run_child(prefix: list[str], directory: Path, limits: Limits) -> Ending:
         peak_data=memory.data,
         wall_s=time.monotonic() - start,
         timed_out=timed_out,
+        overflow=overflow,
     )
 
 
@@ -702,42 +716,120 @@ def _error_of(data: bytes) -> str | None:
     return None
 
 
-def _read_answer(data: bytes) -> list[Any]:
-    """The outputs of an answer (header line + blob), checked field by field."""
+# The answer's header line: at most this long and this deeply nested (an output is a tensor
+# or a tuple, as deep as the module's result type; the checks below bound it again).
+ANSWER_HEADER_BYTES = 1 << 20
+ANSWER_MAX_DEPTH = 32
+# Dimensions of one output (TVM's tensors have at most 32 in practice; 70 is an attack).
+ANSWER_MAX_NDIM = 32
+
+
+def answer_cap(expected: Any, programs: int, limits: Limits) -> int:
+    """The most bytes an answer can hold: the header and each program's outputs as
+    `expected` says (static shapes), else the memory the child may hold."""
+    need = _spec_bytes(expected) if expected is not None else None
+    body = need * programs if need is not None else limits.memory_bytes
+    return ANSWER_HEADER_BYTES + min(body, limits.memory_bytes)
+
+
+def _spec_bytes(spec: Any) -> int | None:
+    """The bytes of an expected output tree; None when a shape is not static."""
     import numpy as np
 
-    header, _, blob = data.partition(b"\n")
+    total = 0
+    work = [spec]
+    while work:
+        node = work.pop()
+        if "tuple" in node:
+            work.extend(node["tuple"])
+            continue
+        shape = node.get("shape")
+        if shape is None or any(d is None for d in shape) or node.get("dtype") not in _DTYPES:
+            return None
+        total += math.prod(shape) * np.dtype(node["dtype"]).itemsize
+    return total
+
+
+def _header_depth(header: bytes) -> int:
+    """How deeply the header's brackets nest (strings included: only an over-count)."""
+    depth = deepest = 0
+    for byte in header:
+        if byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _read_answer(data: bytes, expected: Any = None, programs: int | None = None) -> list[Any]:
+    """The outputs of an answer (header line + blob), checked field by field against
+    `expected` (each program's output tree: `{"tuple": [...]}` or `{"dtype": str, "shape":
+    [int | None, ...] | None}`; None: any tensors or tuples). The child runs the caller's
+    kernels, which can forge it: a header too long or too deep, a dtype, rank or shape
+    other than the module's, an offset past the data is a SandboxFailure("answer") that
+    says what was wrong."""
+    end = data.find(b"\n", 0, ANSWER_HEADER_BYTES + 1)
+    if end < 0:
+        raise SandboxFailure("answer", f"the run's answer has no header line within {size_text(ANSWER_HEADER_BYTES)}")
+    header, blob = data[:end], memoryview(data)[end + 1 :]
+    if _header_depth(header) > ANSWER_MAX_DEPTH:
+        raise SandboxFailure("answer", f"the run's answer nests deeper than {ANSWER_MAX_DEPTH} levels")
     try:
         message = json.loads(header)
-    except ValueError:
-        raise SandboxFailure("answer", "the run's answer is malformed") from None
+    except (ValueError, RecursionError):
+        raise SandboxFailure("answer", "the run's answer is not JSON") from None
     outputs = message.get("outputs") if isinstance(message, dict) else None
     if not isinstance(outputs, list):
-        raise SandboxFailure("answer", "the run's answer is malformed")
+        raise SandboxFailure("answer", "the run's answer has no list of outputs")
+    if programs is not None and len(outputs) != programs:
+        raise SandboxFailure("answer", f"the run's answer has {len(outputs)} results for {programs} programs")
+    return [_answer_output(node, expected, blob, f"result {n}") for n, node in enumerate(outputs)]
 
-    def leaf(node: Any) -> Any:
-        if not isinstance(node, dict):
-            raise SandboxFailure("answer", "the run's answer is malformed")
-        if "tuple" in node:
-            items = node["tuple"]
-            if not isinstance(items, list):
-                raise SandboxFailure("answer", "the run's answer is malformed")
-            return tuple(leaf(item) for item in items)
-        dtype, shape, offset = node.get("dtype"), node.get("shape"), node.get("offset")
-        if dtype not in _DTYPES:
-            raise SandboxFailure("answer", f"the run check cannot compare outputs of dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise SandboxFailure("answer", "the run's answer is malformed")
-        if not isinstance(offset, int) or offset < 0:
-            raise SandboxFailure("answer", "the run's answer is malformed")
-        count = math.prod(shape)
-        width = np.dtype(dtype).itemsize
-        if offset + count * width > len(blob):
-            raise SandboxFailure("answer", "the run's answer is malformed")
-        return np.frombuffer(blob, dtype=dtype, count=count, offset=offset).reshape(shape)
 
-    # Iterative would not help: the nesting is the module's result type, a few levels.
-    return [leaf(node) for node in outputs]
+def _answer_output(node: Any, spec: Any, blob: memoryview, at: str) -> Any:
+    """One output tree checked against `spec`. Recursive: `_read_answer` bounded the
+    header's nesting to ANSWER_MAX_DEPTH first."""
+    import numpy as np
+
+    def bad(what: str) -> SandboxFailure:
+        return SandboxFailure("answer", f"the run's answer, {at}: {what}")
+
+    if not isinstance(node, dict):
+        raise bad("an output is a tensor or a tuple")
+    if "tuple" in node:
+        items = node["tuple"]
+        if not isinstance(items, list):
+            raise bad("a tuple lists its fields")
+        if spec is not None and "tuple" not in spec:
+            raise bad("a tuple where the module returns a tensor")
+        if spec is not None and len(items) != len(spec["tuple"]):
+            raise bad(f"a tuple of {len(items)} fields where the module returns {len(spec['tuple'])}")
+        return tuple(
+            _answer_output(field, spec["tuple"][k] if spec is not None else None, blob, f"{at}.{k}")
+            for k, field in enumerate(items)
+        )
+    if spec is not None and "tuple" in spec:
+        raise bad("a tensor where the module returns a tuple")
+    dtype, shape, offset = node.get("dtype"), node.get("shape"), node.get("offset")
+    if dtype not in _DTYPES:
+        raise bad(f"the run check cannot compare outputs of dtype {str(dtype)[:40]!r}")
+    if spec is not None and spec.get("dtype") not in (None, dtype):
+        raise bad(f"dtype {dtype} where the module returns {spec['dtype']}")
+    if not isinstance(shape, list) or len(shape) > ANSWER_MAX_NDIM:
+        raise bad(f"a shape is a list of at most {ANSWER_MAX_NDIM} dimensions")
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise bad("dimensions are non-negative integers")
+    want = spec.get("shape") if spec is not None else None
+    if want is not None and (len(want) != len(shape) or any(w is not None and w != d for w, d in zip(want, shape))):
+        shown = "(" + ", ".join("?" if w is None else str(w) for w in want) + ")"
+        raise bad(f"shape {tuple(shape)} where the module returns {shown}")
+    if type(offset) is not int or offset < 0:
+        raise bad("an offset is a non-negative integer")
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    if size > len(blob) or offset > len(blob) - size:
+        raise bad(f"{size} bytes at offset {offset} lie past the answer's {len(blob)} bytes")
+    return np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
 
 
 # --------------------------------------------------------------------------------------------

@@ -168,3 +168,84 @@ def device_kinds(module: ast.Module) -> set[int]:
         if isinstance(vd, VirtualDevice) and vd.device_type is not None:
             kinds.add(vd.device_type)
     return kinds
+
+
+def _tensor_types(ty: Any) -> list[Any]:
+    """The tensor types in a Relax type (tuples flattened, without recursion)."""
+    from tvm import relax
+
+    out, work = [], [ty]
+    while work:
+        item = work.pop()
+        if isinstance(item, relax.TupleType):
+            work.extend(item.fields)
+        elif isinstance(item, relax.TensorType):
+            out.append(item)
+    return out
+
+
+def _static_shape(ty: Any) -> list[int | None] | None:
+    """A tensor type's dimensions (None for a symbolic one); None when its rank is unknown."""
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None:
+        return None
+    return [int(v.value) if hasattr(v, "value") else None for v in values]
+
+
+def _bytes_of(ty: Any) -> int:
+    """The bytes of a tensor type with a static shape (0 when it has none)."""
+    shape = _static_shape(ty)
+    if shape is None or any(d is None for d in shape):
+        return 0
+    try:
+        width = np.dtype(str(ty.dtype)).itemsize
+    except TypeError:
+        width = 8
+    return math.prod(d for d in shape if d is not None) * width
+
+
+def output_spec(mod: Any, func: str = "main") -> Any:
+    """What `func` of a Relax module returns, as the sandbox's answer reader checks it:
+    `{"tuple": [...]}` or `{"dtype": str | None, "shape": [int | None, ...] | None}`;
+    None when the module has no such function. Built without recursion."""
+    from tvm import relax
+
+    found = [f for gv, f in mod.functions_items() if gv.name_hint == func and isinstance(f, relax.Function)]
+    if not found:
+        return None
+    root: dict[str, Any] = {}
+    work: list[tuple[Any, dict[str, Any]]] = [(found[0].ret_ty, root)]
+    while work:
+        ty, into = work.pop()
+        if isinstance(ty, relax.TupleType):
+            fields: list[dict[str, Any]] = [{} for _ in ty.fields]
+            into["tuple"] = fields
+            work.extend(zip(ty.fields, fields))
+        elif isinstance(ty, relax.TensorType):
+            dtype = str(ty.dtype)
+            into["dtype"] = dtype if dtype and dtype != "void" else None
+            into["shape"] = _static_shape(ty)
+        else:
+            into.update({"dtype": None, "shape": None})
+    return root
+
+
+def run_check_bytes(mod: Any, func: str = "main") -> int:
+    """An estimate of the tensor bytes a run check of `func` holds: its inputs once (drawn
+    in the compile process, read by the sandboxed child) and, for each of the two builds
+    (the planned library and its reference), every tensor the function binds: its
+    parameters, each binding's value and its result. Symbolic shapes count nothing."""
+    from tvm import relax
+
+    found = [f for gv, f in mod.functions_items() if gv.name_hint == func and isinstance(f, relax.Function)]
+    if not found:
+        return 0
+    main = found[0]
+    inputs = sum(_bytes_of(t) for p in main.params for t in _tensor_types(p.ty))
+    values = inputs
+    body = main.body
+    for block in getattr(body, "blocks", ()):
+        for binding in block.bindings:
+            values += sum(_bytes_of(t) for t in _tensor_types(binding.var.ty))
+    return inputs + 2 * values

@@ -252,6 +252,8 @@ def _check_option_value(label: str, value: Any) -> None:
         if value and not _OPTION_WORD.fullmatch(value):
             raise TargetError(f"{label}: {value[:80]!r} is not a plain word (letters, digits, _ . + -)")
         return
+    if not isinstance(value, (list, tuple, Mapping, bytes)) and hasattr(value, "__iter__"):
+        value = list(value)  # TVM's own arrays (an exported target's `keys`)
     if isinstance(value, (list, tuple)) and len(value) <= _OPTION_LIST_MAX:
         for item in value:
             if not isinstance(item, str) or not _OPTION_WORD.fullmatch(item):

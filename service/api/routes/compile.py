@@ -190,7 +190,12 @@ async def compile_module(
         )
         run = CompileRun(job)
         try:
-            result = await run.wait(settings.compile_timeout_s)
+            result = await _wait_unless_gone(request, run, settings.compile_timeout_s)
+            if result is _GONE:
+                # The client left: its compile is killed below (the run check's child dies with
+                # it), its temporary files removed, its slot freed; nobody reads an answer.
+                log.info("client left; compile process %s stopped", run.proc.pid)
+                return Response(status_code=499)
             if result is not None and "ok" in result:
                 response = _response(result["ok"], cache_hit=False)
                 await asyncio.to_thread(
@@ -207,6 +212,28 @@ async def compile_module(
     if "error" in result:
         raise failure_to_problem(PlanFailure.from_dict(result["error"]))
     return response
+
+
+# `_wait_unless_gone`'s answer when the client disconnected first.
+_GONE: dict[str, Any] = {"gone": True}
+# How often a waiting compile asks whether its client is still connected.
+_DISCONNECT_POLL_S = 0.25
+
+
+async def _wait_unless_gone(request: Request, run: CompileRun, timeout_s: float) -> dict[str, Any] | None:
+    """`run.wait(timeout_s)`, or `_GONE` as soon as the client has disconnected (the
+    server notices within `_DISCONNECT_POLL_S`): a client that leaves stops its work."""
+    waiting = asyncio.ensure_future(run.wait(timeout_s))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return waiting.result()
+            if await request.is_disconnected():
+                return _GONE
+    finally:
+        if not waiting.done():
+            waiting.cancel()
 
 
 def _release_later(queue: JobQueue, job_id: str, waiter: str) -> None:
