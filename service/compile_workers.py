@@ -237,8 +237,11 @@ def _refuse_large_check(lowered: Any) -> None:
     it, 422 module-too-large before anything is drawn, written or run."""
     from tvm_bridge.check import run_check_bytes
 
+    _refuse_check_bytes(run_check_bytes(lowered))
+
+
+def _refuse_check_bytes(need: int) -> None:
     limit = int(get_settings().run_check_max_bytes)
-    need = run_check_bytes(lowered)
     if limit and need > limit:
         raise PlanFailure.plain(
             MODULE_TOO_LARGE.slug,
@@ -251,11 +254,14 @@ def _refuse_large_check(lowered: Any) -> None:
 def _check_inputs(main: Any | None, name: str) -> Any:
     """Random inputs for the run check of `main` (the module's entry function,
     None when it has none): a user mistake is a 422 invalid-check."""
-    from tvm_bridge.check import CheckInputError, random_inputs
+    from tvm_bridge.check import CheckInputError, input_bytes, random_inputs
 
     if main is None:
         message = f"the run check calls {name} and the module has none: add {name}, or turn run_check off"
         raise PlanFailure.plain(INVALID_CHECK.slug, message)
+    # Drawn in this process and held three times (here, and in each build in the child):
+    # the first part of `_refuse_large_check`'s estimate, known before anything is drawn.
+    _refuse_check_bytes(3 * input_bytes(main))
     try:
         return random_inputs(main)
     except CheckInputError as err:

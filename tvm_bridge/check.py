@@ -249,3 +249,20 @@ def run_check_bytes(mod: Any, func: str = "main") -> int:
         for binding in block.bindings:
             values += sum(_bytes_of(t) for t in _tensor_types(binding.var.ty))
     return inputs + 2 * values
+
+
+def input_bytes(func: ast.Function) -> int:
+    """The bytes of the random inputs `random_inputs(func)` would draw (parameters of static
+    tensor types; others count nothing), known before any is drawn."""
+    total = 0
+    for p in func.params:
+        ty = p.type_annotation
+        if not isinstance(ty, ast.TensorType) or not all(isinstance(d, (int, ast.IntImm)) for d in ty.shape):
+            continue
+        dims = [d.value if isinstance(d, ast.IntImm) else int(d) for d in ty.shape]  # type: ignore[union-attr]
+        try:
+            width = np.dtype(ty.dtype).itemsize
+        except TypeError:
+            width = 8
+        total += math.prod(dims) * width
+    return total

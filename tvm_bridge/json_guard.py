@@ -77,6 +77,12 @@ NULLABLE_SCHEMAS = frozenset({"ir.Span", "ir.Attrs"})
 _PLAIN_KEYS = {"None", "bool", "int", "float", "DataType", "Device", "ffi.String", "ffi.Bytes", "ffi.Shape"}
 _SEQUENCES = {"ffi.Array", "ffi.List"}
 _MAPS = {"ffi.Map", "ffi.Dict"}
+# The most Relax expression nodes a walk of one expression may visit, shared ones counted
+# each time they are reached (every module TVM prints or saves counts each node once).
+MAX_EXPANDED = 1_000_000
+# Relax expression nodes a walk enters (leaves and variables end a walk: counted once).
+# Arrays between them (a call's arguments, a tuple's fields) pass the count on.
+_EXPRESSIONS = frozenset({"ir.Call", "ir.Tuple", "ir.TupleGetItem", "relax.expr.If", "relax.expr.SeqExpr"}) | _SEQUENCES
 _INT64 = (-(2**63), 2**63 - 1)
 _MISSING = object()
 # Static type indices of fields TVM writes inline (tvm-ffi's TypeIndex).
@@ -314,6 +320,7 @@ class _Graph:
         self.types: list[str] = []
         self.lineages: list[frozenset[int]] = []  # per node: the type indices it counts as
         self.depth: list[int] = []
+        self.paths: list[int] = []  # per node: how many nodes a walk that does not remember visits
         self.accepted: set[tuple[int, Schema]] = set()
         self.registered: dict[str, frozenset[str]] = {}  # by _NAMED kind, read once per check
 
@@ -353,6 +360,21 @@ class _Graph:
         if depth > MAX_DEPTH:
             raise _Bad(i, f"references nest deeper than {MAX_DEPTH} levels")
         self.depth.append(depth)
+        # Relax expressions are trees in every module TVM builds (a value used twice is a
+        # variable), but the graph can share one: a tuple listing the one below twice, 40
+        # levels deep, is 2**40 nodes to TVM's visitors, which do not remember where they were.
+        paths = 1
+        if key in _EXPRESSIONS:
+            for r in refs:
+                if self.types[r] in _EXPRESSIONS:
+                    paths += self.paths[r]
+            if paths > MAX_EXPANDED:
+                raise _Bad(
+                    i,
+                    f"expressions share sub-expressions so that walking them visits more than {MAX_EXPANDED} "
+                    "nodes (bind a value used twice to a variable)",
+                )
+        self.paths.append(paths)
 
     def _call(self, i: int, data: dict[str, Any]) -> None:
         """A call as TVM's constructors make it (TVM's C++ casts without checking, so
