@@ -706,10 +706,12 @@ def _classify(ending: Ending, config: SandboxConfig) -> SandboxFailure | None:
 
 def _error_of(data: bytes) -> str | None:
     """The child's error message, when its answer is one."""
-    header, _, _ = data.partition(b"\n")
+    header, _, _ = data[: ANSWER_HEADER_BYTES + 1].partition(b"\n")
+    if _header_depth(header) > ANSWER_MAX_DEPTH:
+        return None  # not an error report (the answer's own check refuses it)
     try:
         message = json.loads(header)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(message, dict) and isinstance(message.get("error"), str):
         return str(message["error"])[:2000]

@@ -10,8 +10,6 @@ and a client that leaves while its compile runs."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -268,23 +266,29 @@ def test_compile_holds_reading_and_planning_to_timeout_ms(server: RunningServer,
 
 
 def _forging(code: str) -> str:
-    """A module whose kernel runs `code` in the sandboxed child's own Python (the answer
-    pipe's descriptor is the child's second argument), then ends the child: the answer
-    is whatever `code` wrote."""
-    program = f"import os,sys; fd=int(sys.argv[2]); {code}; os._exit(0)"
-    assert '"' not in program
-    return one_device(f'        T.evaluate(T.call_extern("int32", "PyRun_SimpleString", "{program}"))\n')
+    """A module whose kernel runs `code` in the sandboxed child's own Python (taking the
+    interpreter's lock first; the answer pipe's descriptor is the child's second
+    argument), then ends the child: the answer is whatever `code` wrote."""
+    program = f"import os, sys, json; fd = int(sys.argv[2]); {code}; os._exit(0)"
+    assert '"' not in program and "\\" not in program
+    return one_device(
+        '        T.evaluate(T.call_extern("int32", "PyGILState_Ensure"))\n'
+        f'        T.evaluate(T.call_extern("int32", "PyRun_SimpleString", "{program}"))\n'
+    )
 
 
-def _header(outputs: str) -> str:
-    return f"os.write(fd, b'{{{{\\x22outputs\\x22: ' + {outputs} + b'}}}}' + bytes([10]) + bytes(64))"
+def _header(dtype: str, shape: str) -> str:
+    """Python that writes an answer of two outputs of `dtype` and `shape` (64 zero bytes)."""
+    output = f"{{'dtype': '{dtype}', 'shape': {shape}, 'offset': 0}}"
+    return f"o={output}; os.write(fd, json.dumps({{'outputs': [o, o]}}).encode() + bytes([10]) + bytes(64))"
 
 
+# The kernel's `k` returns float32 (4,); each forged answer and what the 422 must say.
 FORGED = {
-    "dimensions": (_header("b'[' + b','.join([b'{\\x22dtype\\x22: \\x22float32\\x22, \\x22shape\\x22: [' + b','.join([b'1']*70) + b'], \\x22offset\\x22: 0}']*2) + b']'"), "at most 32 dimensions"),
-    "deep": ("os.write(fd, b'['*200000 + bytes([10]))", "nests deeper than 32 levels"),
-    "shape": (_header("b'[' + b','.join([b'{\\x22dtype\\x22: \\x22float32\\x22, \\x22shape\\x22: [3], \\x22offset\\x22: 0}']*2) + b']'"), "shape (3,) where the module returns (4)"),
-    "dtype": (_header("b'[' + b','.join([b'{\\x22dtype\\x22: \\x22int8\\x22, \\x22shape\\x22: [4], \\x22offset\\x22: 0}']*2) + b']'"), "dtype int8 where the module returns float32"),
+    "dimensions": (_header("float32", "[1] * 70"), "at most 32 dimensions"),
+    "deep": ("os.write(fd, b'[' * 200000 + bytes([10]))", "nests deeper than 32 levels"),
+    "shape": (_header("float32", "[3]"), "shape (3,) where the module returns (4)"),
+    "dtype": (_header("int8", "[4]"), "dtype int8 where the module returns float32"),
     "flood": ("[os.write(fd, bytes(1048576)) for _ in range(4096)]", "larger than its outputs can be"),
 }
 
@@ -300,8 +304,9 @@ def test_a_forged_run_check_answer_is_a_422_naming_what_was_wrong(server: Runnin
 # ------------------------------------------------------------------ 6. a client that leaves
 
 
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc."""
+    out: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -309,8 +314,14 @@ def _children() -> dict[int, list[int]]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out.setdefault(ppid, []).append(int(entry.name))
+        out[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        out.setdefault(ppid, []).append(pid)
     return out
 
 
@@ -365,7 +376,7 @@ def test_a_client_that_leaves_stops_its_compile_and_its_check(server: RunningSer
         return bool(sandboxed)
 
     _wait_for(check_running, "the run check's child started")
-    parents = {p: int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) for p in _children()}
+    parents = _parents()
     chain = [sandboxed[0]]
     while parents.get(chain[-1]) not in (None, server.process.pid):
         chain.append(parents[chain[-1]])  # up to the compile process, the web process's child
@@ -376,4 +387,3 @@ def test_a_client_that_leaves_stops_its_compile_and_its_check(server: RunningSer
     _wait_for(lambda: not [p for p in store.iterdir() if p.name.startswith("tmp-")], "temporaries removed")
     assert _compile(server, RELAY.replace("negative", "sigmoid")).status_code == 200  # admitted
     assert server.process.poll() is None
-    del signal, os
