@@ -56,7 +56,7 @@ def learn() -> dict[str, str | None]:
     for info in pkgutil.walk_packages(base.__path__, "tvm.relax.op."):
         try:
             modules.append(importlib.import_module(info.name))
-        except Exception:  # noqa: BLE001 - optional submodules (distributed, ccl) may not import
+        except Exception:  # noqa: BLE001, S112 - optional submodules (distributed, ccl) may not import
             continue
     var = relax.Var("x", relax.TensorType((2, 2), "float32"))
     found: dict[str, str | None] = {}
@@ -71,7 +71,7 @@ def learn() -> dict[str, str | None]:
             for args in _attempts(sig, var):
                 try:
                     call = fn(*args)
-                except Exception:  # noqa: BLE001 - a placeholder the constructor does not take
+                except Exception:  # noqa: BLE001, S112 - a placeholder the constructor does not take
                     continue
                 if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op):
                     attrs = call.attrs

@@ -127,7 +127,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
     import relay
     import tvm_bridge
     from service.planning import job_language, parse_module, run_plan
-    from tvm_bridge.check import is_planned, strip_devices
+    from tvm_bridge.check import is_planned, relay_widest_tuple, strip_devices
 
     _refuse_large_text(job)
     # The request's targets, checked (allowlist) before minutes of planning and compiling.
@@ -146,6 +146,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
         module = relay.parse_text(outcome.module, name=job.plan.name)
         plan_ms = (time.perf_counter() - start) * 1000
     _planned()
+    _refuse_wide_tuples(relay_widest_tuple(module))
     lowered, lower_ms = _bridge_step(
         lambda: tvm_bridge.to_relax(module, job.targets, cuda_arch=job.cuda_arch), UNSUPPORTED_MODULE.slug
     )
@@ -240,6 +241,20 @@ def _refuse_large_check(lowered: Any) -> None:
     _refuse_check_bytes(run_check_bytes(lowered))
 
 
+def _refuse_wide_tuples(widest: int) -> None:
+    """A value whose tuples flatten to more than MAX_TUPLE_TENSORS tensors (`widest`: shared
+    sub-tuples count each time, as TVM's passes walk them) is module-too-large: its
+    compile would not end."""
+    from tvm_bridge.check import MAX_TUPLE_TENSORS
+
+    if widest > MAX_TUPLE_TENSORS:
+        raise PlanFailure.plain(
+            MODULE_TOO_LARGE.slug,
+            f"a value of the module is a tuple of {widest} tensors once its shared sub-tuples are "
+            f"counted each time, more than a compile expands ({MAX_TUPLE_TENSORS})",
+        )
+
+
 def _refuse_check_bytes(need: int) -> None:
     limit = int(get_settings().run_check_max_bytes)
     if limit and need > limit:
@@ -287,9 +302,10 @@ def _build(
     import hashlib
 
     import tvm_bridge
-    from tvm_bridge.check import output_spec
+    from tvm_bridge.check import output_spec, widest_tuple
     from tvm_bridge.kernel_guard import def_span
 
+    _refuse_wide_tuples(widest_tuple(lowered))
     if inputs is not None:
         _refuse_large_check(lowered)
 
@@ -590,7 +606,7 @@ class CompileRun:
                     plan_end = None
                 else:
                     return message
-            if memory:
+            if memory and self.proc.pid is not None:
                 rss = resident_bytes(self.proc.pid)
                 if rss is not None and rss > memory:
                     self.proc.kill()  # now, not after the answer is on its way

@@ -259,10 +259,84 @@ def input_bytes(func: ast.Function) -> int:
         ty = p.type_annotation
         if not isinstance(ty, ast.TensorType) or not all(isinstance(d, (int, ast.IntImm)) for d in ty.shape):
             continue
-        dims = [d.value if isinstance(d, ast.IntImm) else int(d) for d in ty.shape]  # type: ignore[union-attr]
+        dims = [int(d.value) if isinstance(d, ast.IntImm) else int(d) for d in ty.shape]  # type: ignore[arg-type]
         try:
             width = np.dtype(ty.dtype).itemsize
         except TypeError:
             width = 8
         total += math.prod(dims) * width
     return total
+
+
+# The most tensors one value of a compiled module may hold, its tuples flattened (a
+# tuple listing the one below twice, 40 levels deep, is 2**40 tensors: TVM's passes
+# walk every one).
+MAX_TUPLE_TENSORS = 10_000
+
+
+def widest_tuple(mod: Any) -> int:
+    """The most tensors any parameter, binding or result of a Relax function of `mod`
+    holds with its tuple types flattened, counted with shared sub-types remembered
+    (linear in the module, however deep the sharing)."""
+    from tvm import relax
+
+    counts: dict[int, int] = {}  # by the object's address: shared sub-types counted once
+
+    def leaves(ty: Any) -> int:
+        work = [ty]
+        while work:
+            item = work[-1]
+            key = item.__chandle__()
+            if key in counts:
+                work.pop()
+                continue
+            if isinstance(item, relax.TupleType):
+                fields = list(item.fields)
+                missing = [f for f in fields if f.__chandle__() not in counts]
+                if missing:
+                    work.extend(missing)
+                    continue
+                counts[key] = sum(counts[f.__chandle__()] for f in fields)
+            else:
+                counts[key] = 1
+            work.pop()
+        return counts[ty.__chandle__()]
+
+    widest = 0
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        types = [p.ty for p in func.params] + [func.ret_ty]
+        for block in getattr(func.body, "blocks", ()):
+            types.extend(binding.var.ty for binding in block.bindings)
+        for ty in types:
+            if ty is not None:
+                widest = max(widest, leaves(ty))
+    return widest
+
+
+def relay_widest_tuple(module: ast.Module) -> int:
+    """`widest_tuple` for a Relay module, before it is lowered (TVM's block builder walks
+    every flattened tensor of a value's type when a function is finished): each tuple
+    counts its fields' tensors, a projection of a tuple its field's, a let variable its
+    value's, every other node one. Each node is visited once (`post_order`)."""
+    from relay.traverse import post_order
+
+    width: dict[int, int] = {}
+    widest = 0
+    for node in post_order([f for _, f in module.functions]):
+        match node:
+            case ast.Tuple(fields=fields):
+                count = sum(width.get(id(f), 1) for f in fields)
+            case ast.TupleGetItem(tuple_value=ast.Tuple(fields=fields) as value, index=index) if 0 <= index < len(
+                fields
+            ):
+                count = width.get(id(fields[index]), 1) if id(value) in width else 1
+            case ast.Let(var=var, value=value, body=body):
+                width[id(var)] = width.get(id(value), 1)
+                count = width.get(id(body), 1)
+            case _:
+                count = width.get(id(node), 1)
+        width[id(node)] = count
+        widest = max(widest, count)
+    return widest

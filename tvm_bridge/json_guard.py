@@ -80,9 +80,9 @@ _MAPS = {"ffi.Map", "ffi.Dict"}
 # The most Relax expression nodes a walk of one expression may visit, shared ones counted
 # each time they are reached (every module TVM prints or saves counts each node once).
 MAX_EXPANDED = 1_000_000
-# Relax expression nodes a walk enters (leaves and variables end a walk: counted once).
+# Relax expression (and tuple type) nodes a walk enters (leaves and variables end a walk).
 # Arrays between them (a call's arguments, a tuple's fields) pass the count on.
-_EXPRESSIONS = frozenset({"ir.Call", "ir.Tuple", "ir.TupleGetItem", "relax.expr.If", "relax.expr.SeqExpr"}) | _SEQUENCES
+_EXPRESSIONS = frozenset({"ir.Call", "ir.Tuple", "ir.TupleGetItem", "relax.expr.If", "relax.expr.SeqExpr", "ir.TupleType"}) | _SEQUENCES
 _INT64 = (-(2**63), 2**63 - 1)
 _MISSING = object()
 # Static type indices of fields TVM writes inline (tvm-ffi's TypeIndex).
@@ -349,7 +349,7 @@ class _Graph:
                 raise _Bad(i, f"`{key}` data alternates keys and values: an even count of indices")
         else:
             refs = self._object(i, key, data)
-            if key == "ir.Call":
+            if key == "ir.Call" and isinstance(data, dict):
                 self._call(i, data)
         self.types.append(key)
         self.lineages.append(_lineage(key))
@@ -381,8 +381,8 @@ class _Graph:
         anything else crashes the reader): its operator an `ir.Op`, a global function,
         an extern function or a variable of function type; a Relax operator's
         attributes of the type its constructor gives (`OP_ATTRS`)."""
-        op = data.get("op")
-        attrs = data.get("attrs", 0)
+        op, attrs = data["op"], data.get("attrs", 0)  # both checked references by now
+        assert _is_int(op) and _is_int(attrs)
         op_type = self.types[op]
         if op_type in ("ir.Var", "relax.expr.DataflowVar", "ir.GlobalVar"):
             ty = self.nodes[op].get("data", {}).get("ty")

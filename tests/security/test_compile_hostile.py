@@ -256,6 +256,15 @@ def test_a_tuple_dag_forty_levels_deep_is_refused_within_the_time_limit(server: 
     assert _post(server, "/plan", {"module": _tuple_dag(3), "default_device": "cpu"}).status_code == 200
 
 
+def test_a_relay_tuple_dag_forty_levels_deep_is_module_too_large_for_compile(server: RunningServer) -> None:
+    lines = ['#[version = "0.0.5"]', "def @main(%x: Tensor[(4), float32]) {", "  %0 = (%x, %x);"]
+    lines += [f"  %{i} = (%{i - 1}, %{i - 1});" for i in range(1, 40)]
+    module = "\n".join([*lines, "  %39.0", "}"]) + "\n"
+    assert _post(server, "/plan", {"module": module, "default_device": "cpu"}).status_code == 200  # each node once
+    body = _problem(_compile(server, module, timeout_ms=10_000), 422, "module-too-large")
+    assert f"a tuple of {2**40} tensors" in body["detail"]
+
+
 def test_compile_holds_reading_and_planning_to_timeout_ms(server: RunningServer, slow_module: str) -> None:
     body = _problem(_compile(server, slow_module, timeout_ms=200), 504, "solver-timeout")
     assert "200 ms" in body["detail"]
