@@ -21,7 +21,7 @@ Cache key (`cache_key`): the SHA-256 of a canonical JSON document of
 - the request fields in `KEYED_FIELDS`: the module, its format and language, the planning
   options (virtual devices, default and host device, constraints, mode, on_timeout,
   operator support, device profiles with memory budgets, links, cost table,
-  assume_dim, an accelerate device map and how to take it), the targets, the CUDA arch and whether a run check was asked
+  assume_dim, copy overlap, an accelerate device map and how to take it), the targets, the CUDA arch and whether a run check was asked
   for (with defaults filled in, so leaving a field out equals sending its
   default);
 - the TVM version, and a digest of the installed devplan code (the sources of
@@ -72,6 +72,7 @@ KEYED_FIELDS: tuple[str, ...] = (
     "links",
     "cost_table",
     "assume_dim",
+    "overlap",
     "accelerate_device_map",
     "accelerate_device_map_as",
     "targets",

@@ -276,7 +276,10 @@ def _check_inputs(main: Any | None, name: str) -> Any:
         raise PlanFailure.plain(INVALID_CHECK.slug, message)
     # Drawn in this process and held three times (here, and in each build in the child):
     # the first part of `_refuse_large_check`'s estimate, known before anything is drawn.
-    _refuse_check_bytes(3 * input_bytes(main))
+    # (Past what an array can hold at all, `random_inputs` says so: an invalid check.)
+    need = input_bytes(main)
+    if need < 2**63:
+        _refuse_check_bytes(3 * need)
     try:
         return random_inputs(main)
     except CheckInputError as err:

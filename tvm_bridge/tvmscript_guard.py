@@ -32,6 +32,8 @@ from itertools import pairwise
 
 from relay.span import ParseError, SourceText, Span, line_starts
 
+from .check import MAX_TUPLE_TENSORS
+
 from . import tvmscript_guard_table as table
 
 __all__ = [
@@ -371,6 +373,7 @@ class _Checker:
         if defaults:
             raise _Refused(defaults[0], "default arguments are not allowed in TVMScript")
         scope = _Scope([set(outer)], _bound_anywhere(node), functions)
+        self.widths: dict[str, int] = {}  # name -> tensors its tuple value holds, flattened
         for arg in args.args:
             self._bind_name(arg, arg.arg, scope)
         for arg in args.args:
@@ -424,6 +427,7 @@ class _Checker:
                 raise _Refused(stmt, "chained assignment is not allowed in TVMScript")
             self._expressions([stmt.value], scope)
             _no_python_sequence(stmt.value)
+            self._tuple_width(stmt.targets[0], stmt.value)
             self._target(stmt.targets[0], scope)
             return []
         if isinstance(stmt, ast.AnnAssign):
@@ -465,6 +469,32 @@ class _Checker:
             self._function(stmt, outer, functions)
             return []
         raise _Refused(stmt, f"{_describe(stmt)} is not allowed in TVMScript")
+
+    def _tuple_width(self, target: ast.expr, value: ast.expr) -> None:
+        """Refuse a tuple value that, flattened, holds more than MAX_TUPLE_TENSORS values,
+        names bound to tuples counted as often as they appear: `t1 = (t0, t0)` forty times
+        is 2**40 values to TVM's parser, which normalises every one (shared, never
+        remembered) and does not end."""
+        if not isinstance(value, ast.Tuple):
+            if isinstance(target, ast.Name):
+                self.widths.pop(target.id, None)
+            return
+        total = 0
+        work: list[ast.expr] = [value]
+        while work:
+            item = work.pop()
+            if isinstance(item, ast.Tuple):
+                work.extend(item.elts)
+            else:
+                total += self.widths.get(item.id, 1) if isinstance(item, ast.Name) else 1
+        if total > MAX_TUPLE_TENSORS:
+            raise _Refused(
+                value,
+                f"this tuple holds {total} values once the tuples it names are counted each time, "
+                f"more than {MAX_TUPLE_TENSORS}",
+            )
+        if isinstance(target, ast.Name):
+            self.widths[target.id] = total
 
     def _head(self, node: ast.expr, allowed: frozenset[str], keyword: str, scope: _Scope) -> None:
         chain = attribute_chain(node.func) if isinstance(node, ast.Call) else None

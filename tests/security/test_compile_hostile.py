@@ -267,6 +267,14 @@ def test_a_tuple_dag_forty_levels_deep_is_refused_within_the_time_limit(server: 
     assert _post(server, "/plan", {"module": _tuple_dag(3), "default_device": "cpu"}).status_code == 200
 
 
+def test_a_tvmscript_tuple_dag_forty_levels_deep_is_a_located_400(server: RunningServer) -> None:
+    lines = [*GOOD_RELAX.splitlines()[:4], "        t0 = (x, x)"]
+    lines += [f"        t{i} = (t{i - 1}, t{i - 1})" for i in range(1, 40)]
+    module = "\n".join([*lines, "        return x"]) + "\n"
+    body = _problem(_post(server, "/plan", {"module": module, "default_device": "cpu"}), 400, "malformed-module")
+    assert "16384 values" in body["detail"] and body["locations"][0]["line"] == 5 + 13
+
+
 def test_a_relay_tuple_dag_forty_levels_deep_is_module_too_large_for_compile(server: RunningServer) -> None:
     lines = ['#[version = "0.0.5"]', "def @main(%x: Tensor[(4), float32]) {", "  %0 = (%x, %x);"]
     lines += [f"  %{i} = (%{i - 1}, %{i - 1});" for i in range(1, 40)]

@@ -205,6 +205,7 @@ KEYED_CHANGES: list[tuple[str, Any]] = [
     ("links", {"cpu:0->cpu:1": {"gbps": 3.0}}),
     ("cost_table", {"version": 1, "entries": [{"key": "negative", "device": "cpu", "ns": 5.0}]}),
     ("assume_dim", 7),
+    ("overlap", False),
     ("accelerate_device_map", {"": "cpu"}),
     ("accelerate_device_map_as", "storage"),
     ("targets", {"cpu": "llvm -mcpu=skylake"}),
