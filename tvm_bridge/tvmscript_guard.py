@@ -32,9 +32,8 @@ from itertools import pairwise
 
 from relay.span import ParseError, SourceText, Span, line_starts
 
-from .check import MAX_TUPLE_TENSORS
-
 from . import tvmscript_guard_table as table
+from .check import MAX_TUPLE_TENSORS
 
 __all__ = [
     "MAX_DEPTH",
