@@ -1,0 +1,153 @@
+"""Memory by liveness, streamed weights and copy/compute overlap
+(solver/optimize/memory.py), on a two-layer problem worked out by hand and
+on random layered problems checked against every plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+
+import pytest
+
+from solver.deadline import Deadline
+from solver.optimize import Problem, Weights, budget_violations, evaluate
+from solver.optimize.cost_model import LinkProfile
+from solver.optimize.memory import overlap_bound, peak_memory, schedule
+from solver.optimize.strategies import solve
+from tests.solver.test_optimize_search import random_problem
+
+GPU, CPU = 1, 0  # random_problem's devices: 0 the cpu, 1 the GPU
+ONE_BYTE_A_NS = LinkProfile(1.0, 0.0)  # a copy of b bytes takes b ns
+GENEROUS_MS = 600_000  # never reached: these problems solve in milliseconds
+
+
+def layered(weights: list[int], kernel_ns: list[tuple[int, int]], value: int, budget: int | None) -> Problem:
+    """Layers in a chain: layer i is a weight class (no kernel, `weights[i]`
+    bytes) read by a kernel class (`kernel_ns[i]` = (cpu ns, GPU ns)) that
+    also reads the previous kernel's `value`-byte result. Copies take one ns
+    a byte; a budget on the GPU when given."""
+    base = random_problem(0, 2, 2, budgets=False, pins=False)
+    n = 2 * len(weights)
+    unary: list[dict[int, int]] = []
+    weight_bytes: list[int] = []
+    ops: list[int] = []
+    edges: list[tuple[int, int, int, int]] = []
+    for i, (nbytes, (cpu_ns, gpu_ns)) in enumerate(zip(weights, kernel_ns)):
+        unary += [{CPU: 0, GPU: 0}, {CPU: cpu_ns, GPU: gpu_ns}]
+        weight_bytes += [nbytes, 0]
+        ops += [0, 1]
+        edges.append((2 * i + 1, 2 * i, nbytes, 1))
+        if i:
+            edges.append((2 * i + 1, 2 * i - 1, value, 1))
+    links: list[list[LinkProfile | None]] = [[None, ONE_BYTE_A_NS], [ONE_BYTE_A_NS, None]]
+    return dataclasses.replace(
+        base,
+        links=links,
+        classes=list(range(n)),
+        allowed=[[CPU, GPU]] * n,
+        unary=unary,
+        ops=ops,
+        pref=[GPU] * n,
+        edges=edges,
+        weight_bytes=weight_bytes,
+        largest=[0 if i % 2 == 0 else value for i in range(n)],
+        budgets={} if budget is None else {GPU: budget},
+    )
+
+
+def two_layers(budget: int | None) -> Problem:
+    # w1 (2000 B) -> L1 (3000 ns on the GPU) -> L2 (4000 ns) <- w2 (5000 B); L1's result is 100 B.
+    return layered([2000, 5000], [(30_000, 3000), (40_000, 4000)], 100, budget)
+
+
+STREAMED = [CPU, GPU, CPU, GPU]  # weights stored on the cpu, kernels on the GPU
+
+
+def test_two_layers_by_hand() -> None:
+    problem = two_layers(None)
+    assert problem.liveness.order == [0, 1, 2, 3]  # w1, L1, w2, L2
+    # Synchronous: copy w1 (2000), L1 (3000), copy w2 (5000), L2 (4000).
+    sync = schedule(problem, STREAMED, overlap=False)
+    assert sync.total_ns == 14_000 == evaluate(problem, Weights.of(problem), STREAMED)[1]
+    assert sync.hidden_ns == {}
+    # Overlap: the copy stream runs w1 [0, 2000], then w2 from when L1's turn
+    # comes [2000, 7000]; compute runs L1 [2000, 5000], L2 [7000, 11000].
+    ahead = schedule(problem, STREAMED, overlap=True)
+    assert ahead.total_ns == 11_000
+    assert ahead.kernel_ns == {GPU: 7000, CPU: 0} and ahead.copy_ns == {GPU: 7000}
+    assert ahead.hidden_ns == {GPU: 3000}
+    # Memory on the GPU: L1's step holds w1's copy and L1's result (2100);
+    # L2's step w2's copy, L1's result still read, and L2's result (5200).
+    # Prefetched, w2's copy is held from L1's step on too (7100).
+    assert sync.peak_bytes[GPU] == 5200 == peak_memory(problem, STREAMED)[GPU]
+    assert ahead.peak_bytes[GPU] == 7100
+    # Nothing is resident on the GPU: both weights stay stored on the cpu.
+    assert sync.peak_bytes[CPU] == 7000
+
+
+def test_prefetch_waits_for_room_in_the_budget() -> None:
+    # 6000 B: w2's copy cannot be held beside L1's step (7100) but from the
+    # step after it (w2's own, holding L1's 100 B result: 5100); that step
+    # is empty, so the copy runs [5000, 10000] and L2 [10000, 14000].
+    problem = two_layers(6000)
+    ahead = schedule(problem, STREAMED, overlap=True)
+    assert ahead.peak_bytes[GPU] == 5200 <= 6000
+    assert ahead.total_ns == 14_000 and ahead.hidden_ns == {GPU: 0}  # nothing ran beside the copies
+    assert not budget_violations(problem, STREAMED)
+    # 5100 B: the streamed plan's own peak (5200) does not fit.
+    assert budget_violations(two_layers(5100), STREAMED) == [(GPU, 5200, 5100)]
+    # Resident w1 instead: 2000 B for the whole run, and then w2's step holds 7200.
+    resident = [GPU, GPU, CPU, GPU]
+    assert peak_memory(problem, resident)[GPU] == 2000 + 5200
+
+
+def test_the_offload_plan_streams_what_does_not_fit() -> None:
+    # Four layers whose weights (4 x 4000 B) are four times the budget; the
+    # cpu is ten times slower than a copy of a layer's weight.
+    problem = layered([4000] * 4, [(50_000, 1000)] * 4, 100, 4500)
+    weights = Weights.of(problem)
+    found = solve(problem, weights, Deadline(GENEROUS_MS))
+    assert found is not None
+    assert [found.assign[2 * i + 1] for i in range(4)] == [GPU] * 4  # every kernel on the GPU
+    assert not budget_violations(problem, found.assign)
+    # Every weight streamed: resident, one (4000 B) leaves no room for another's copy in flight.
+    assert evaluate(problem, weights, found.assign)[1] == 4 * 1000 + 4 * 4000
+    assert found.lower // weights.per_ns <= 4 * 1000 + 4 * 4000
+
+
+def random_layered(seed: int) -> Problem:
+    rng = random.Random(seed)
+    layers = rng.randint(2, 4)
+    sizes = [rng.choice((1000, 3000, 8000)) for _ in range(layers)]
+    times = [(rng.randint(2000, 40_000), rng.randint(500, 6000)) for _ in range(layers)]
+    value = rng.choice((50, 500, 2000))
+    budget = rng.choice((None, int(sum(sizes) * rng.uniform(0.2, 0.9))))
+    return layered(sizes, times, value, budget)
+
+
+def every_plan(problem: Problem) -> list[list[int]]:
+    return [list(a) for a in itertools.product(*problem.allowed) if not budget_violations(problem, list(a))]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_bounds_hold_and_the_plan_is_the_optimum(seed: int) -> None:
+    problem = random_layered(seed)
+    weights = Weights.of(problem)
+    plans = every_plan(problem)
+    found = solve(problem, weights, Deadline(GENEROUS_MS))
+    assert found is not None and plans  # every kernel on the cpu always fits
+    least_sync = min(evaluate(problem, weights, p)[1] for p in plans)
+    least_overlap = min(schedule(problem, p, overlap=True).total_ns for p in plans)
+    assert not budget_violations(problem, found.assign)
+    # The plan is the synchronous optimum, its bound a bound.
+    assert evaluate(problem, weights, found.assign)[1] == least_sync
+    bound = found.lower // weights.per_ns
+    assert bound <= least_sync
+    # The overlapped bound holds for every plan's overlapped time.
+    assert overlap_bound(problem, bound) <= least_overlap
+    for p in plans:
+        timed = schedule(problem, p, overlap=True)
+        assert timed.total_ns <= evaluate(problem, weights, p)[1]  # overlap never slows a plan
+        for d, budget in problem.budgets.items():
+            assert timed.peak_bytes.get(d, 0) <= budget  # prefetching stays within the budget
