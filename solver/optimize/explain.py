@@ -19,7 +19,7 @@ from relay.device import VirtualDevice, device_name
 from ..domains import DomainSystem
 from ..errors import ConflictConstraint, PlanningConflict
 from ..explain import constraint_of, short_text
-from .memory import resident_bytes, step_usage
+from .memory import resident_bytes, smallest_peak, step_usage
 from .problem import Built, Problem, Solution, SupportFailure, Weights, evaluate
 from .z3_encoding import Encoding
 
@@ -113,8 +113,15 @@ def budget_conflict(problem: Problem, ds: DomainSystem, timeout_ms: int) -> Plan
             for d, b in problem.budgets.items()
         ]
     lines_text = "; ".join(str(c) for c in constraints)
+    peaks = []
+    for d, budget in problem.budgets.items():
+        low, high = smallest_peak(problem, d)
+        if high > budget:
+            span = f"{high} bytes" if low >= high else f"between {low} and {high} bytes"
+            peaks.append(f"the smallest peak possible on {problem.names[d]} is {span}")
+    tail = f"; {'; '.join(peaks)}" if peaks else ""
     return PlanningConflict(
-        f"device conflict: no placement satisfies pins, support and budgets: {lines_text}", constraints
+        f"device conflict: no placement satisfies pins, support and budgets: {lines_text}{tail}", constraints
     )
 
 

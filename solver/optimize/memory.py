@@ -295,3 +295,25 @@ def overlap_bound(problem: object, sync_bound_ns: int) -> int:
         free = not problem.budgets and len(problem.allowed[v]) == k
         hidden += sum(spans) - (max(spans) if free else 0)
     return max(cheapest, sync_bound_ns - hidden)
+
+
+def smallest_peak(problem: object, d: int) -> tuple[int, int]:
+    """(low, high): every plan holds at least `low` bytes at once on device
+    `d`, and the plan that keeps every class it can off `d` holds `high`
+    (when they are equal, that is the smallest peak possible). The low end:
+    the weights of the classes pinned to `d`, and at the step of one of them
+    its largest result and every input it reads (a copy, a live value or a
+    resident weight: there in any case)."""
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    live = problem.liveness
+    pinned = [len(ok) == 1 and ok[0] == d for ok in problem.allowed]
+    resident = sum(problem.weight_bytes[c] for c, p in enumerate(pinned) if p)
+    step = 0
+    for c, p in enumerate(pinned):
+        if p:
+            reads = sum(live.value[v] for v, _b in live.inputs[c] if not (pinned[v] and live.weight[v]))
+            step = max(step, problem.largest[c] + reads)
+    away = [next((x for x in ok if x != d), ok[0]) for ok in problem.allowed]
+    return resident + step, peak_memory(problem, away).get(d, 0)

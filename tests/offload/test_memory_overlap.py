@@ -92,7 +92,7 @@ def test_prefetch_waits_for_room_in_the_budget() -> None:
     # is empty, so the copy runs [5000, 10000] and L2 [10000, 14000].
     problem = two_layers(6000)
     ahead = schedule(problem, STREAMED, overlap=True)
-    assert ahead.peak_bytes[GPU] == 5200 <= 6000
+    assert ahead.peak_bytes[GPU] == 5200  # within the 6000 B budget
     assert ahead.total_ns == 14_000 and ahead.hidden_ns == {GPU: 0}  # nothing ran beside the copies
     assert not budget_violations(problem, STREAMED)
     # 5100 B: the streamed plan's own peak (5200) does not fit.
@@ -151,3 +151,24 @@ def test_bounds_hold_and_the_plan_is_the_optimum(seed: int) -> None:
         assert timed.total_ns <= evaluate(problem, weights, p)[1]  # overlap never slows a plan
         for d, budget in problem.budgets.items():
             assert timed.peak_bytes.get(d, 0) <= budget  # prefetching stays within the budget
+
+
+def test_a_budget_nothing_fits_names_the_smallest_peak() -> None:
+    import relay
+    import solver
+
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 256), float32], %w: Tensor[(256, 256), float32]) {
+  nn.dense(%x, %w)
+}
+"""
+    config = solver.PlanConfig(
+        mode="optimize",
+        virtual_devices=("cpu", "cuda"),
+        constraints=({"select": {"op": "nn.dense"}, "device": "cuda"},),
+        device_profiles={"cuda": {"memory_bytes": 100_000}},
+    )
+    with pytest.raises(solver.PlanningConflict) as err:
+        solver.plan(relay.parse_text(text), config)
+    # On cuda at the dense: %x (1 KiB) and %w (256 KiB), copied in or resident, and its 1 KiB result.
+    assert "the smallest peak possible on cuda is 264192 bytes" in str(err.value)
