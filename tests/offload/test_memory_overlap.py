@@ -10,16 +10,15 @@ import random
 
 import pytest
 
-from solver.deadline import Deadline
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import LinkProfile
 from solver.optimize.memory import overlap_bound, peak_memory, schedule
 from solver.optimize.strategies import solve
+from solver.work import Work
 from tests.solver.test_optimize_search import random_problem
 
 GPU, CPU = 1, 0  # random_problem's devices: 0 the cpu, 1 the GPU
 ONE_BYTE_A_NS = LinkProfile(1.0, 0.0)  # a copy of b bytes takes b ns
-GENEROUS_MS = 600_000  # never reached: these problems solve in milliseconds
 
 
 def layered(weights: list[int], kernel_ns: list[tuple[int, int]], value: int, budget: int | None) -> Problem:
@@ -107,7 +106,7 @@ def test_the_offload_plan_streams_what_does_not_fit() -> None:
     # cpu is ten times slower than a copy of a layer's weight.
     problem = layered([4000] * 4, [(50_000, 1000)] * 4, 100, 4500)
     weights = Weights.of(problem)
-    found = solve(problem, weights, Deadline(GENEROUS_MS))
+    found = solve(problem, weights, Work(10**12))
     assert found is not None
     assert [found.assign[2 * i + 1] for i in range(4)] == [GPU] * 4  # every kernel on the GPU
     assert not budget_violations(problem, found.assign)
@@ -135,7 +134,7 @@ def test_bounds_hold_and_the_plan_is_the_optimum(seed: int) -> None:
     problem = random_layered(seed)
     weights = Weights.of(problem)
     plans = every_plan(problem)
-    found = solve(problem, weights, Deadline(GENEROUS_MS))
+    found = solve(problem, weights, Work(10**12))
     assert found is not None and plans  # every kernel on the cpu always fits
     least_sync = min(evaluate(problem, weights, p)[1] for p in plans)
     least_overlap = min(schedule(problem, p, overlap=True).total_ns for p in plans)
