@@ -28,8 +28,6 @@ def load(path: Path) -> Any:
     return tvm.ir.load_json(corpus_file(path).read_text())
 
 
-DEVICES = '    I.module_global_infos({"vdevice": [I.vdevice("llvm", 0), I.vdevice("cuda", 0)]})\n'
-
 # A Relax module with its own TIR kernel beside the Relax function that calls it.
 WITH_KERNEL = '''@I.ir_module
 class Module:
@@ -52,23 +50,6 @@ class Module:
             R.output(lv2)
         return lv2
 '''
-
-# Two hints that cannot both hold: `c = R.add(a, b)` needs one device for both.
-CONFLICT = (
-    "@I.ir_module\nclass Module:\n"
-    + DEVICES
-    + """
-    @R.function
-    def main(x: R.Tensor((4, 4), "float32"), y: R.Tensor((4, 4), "float32")) -> R.Tensor((4, 4), "float32"):
-        with R.dataflow():
-            a = R.hint_on_device(x, R.device(1, 0))
-            b = R.hint_on_device(y, R.device(2, 0))
-            c = R.add(a, b)
-            R.output(c)
-        return c
-"""
-)
-
 
 def script(text: str) -> Any:
     """A TVMScript text as the IRModule a user holds."""

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from service.models import CompileRequest
-from tests.python_api.common import CONFLICT, WITH_KERNEL, script
+from tests.python_api.common import WITH_KERNEL, script
 from tests.python_api.test_compile_cli import _leftovers, _random, _run_library, _unplanned
+
+# Two hints that cannot both hold (`c = R.add(a, b)` needs one device for both).
+from tests.record.test_relax_cli import CONFLICT
 
 pytestmark = pytest.mark.tvm
 pytest.importorskip("tvm")

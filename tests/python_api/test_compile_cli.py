@@ -19,7 +19,10 @@ import pytest
 
 from service.cli import main as cli_main
 from tests._service import ROOT, run_devplan, thread_client
-from tests.python_api.common import CONFLICT, RELAX, WITH_KERNEL, corpus_file, script, without_request
+from tests.python_api.common import RELAX, WITH_KERNEL, corpus_file, script, without_request
+
+# Two hints that cannot both hold (`c = R.add(a, b)` needs one device for both).
+from tests.record.test_relax_cli import CONFLICT
 from tests.security.attacks import ATTACKS
 
 pytestmark = pytest.mark.tvm
@@ -227,35 +230,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_the_compile_and_leaves_nothing(tmp_path: Path) -> None:
-    """SIGINT once the compile process runs: exit 130, the process gone, no library, no temporary."""
-    path = corpus_file(RELAX / "tv_mobilenet_v3_small.json")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devplan", "compile", str(path), "-o", str(tmp_path / "m.so"), "--default-device", "cpu"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    children: list[int] = []
-    try:
-        while not children and proc.poll() is None:  # the event: the compile process has started
-            children = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
-            time.sleep(0.05)  # polling interval, not a limit
-        assert proc.poll() is None, proc.communicate()
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    for child in children:
-        assert not Path(f"/proc/{child}").exists() or _zombie(child), child
-    assert _leftovers(tmp_path, set()) == []
-
-
 def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -265,21 +239,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow
-def test_ctrl_c_during_the_run_check_stops_its_sandbox_too(tmp_path: Path) -> None:
-    """SIGINT while the sandboxed run check runs: the check's processes end with the compile."""
-    source = tmp_path / "kernel.py"
-    source.write_text(WITH_KERNEL)
-    argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
+def _interrupt(argv: list[str], started: str) -> tuple[int, str, list[int]]:
+    """Run `devplan ARGV`, send SIGINT once a process below its compile process (or that
+    process itself, for `started` == "spawn_main") has `started` in its command line; its
+    exit code, stderr, and the processes of the compile seen then."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "devplan", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    checking: list[int] = []
+    seen: list[int] = []
     try:
-        while proc.poll() is None:  # the event: the sandboxed check has started
+        while proc.poll() is None:  # the event: the process named `started` runs
             compile_procs = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
-            checking = [d for c in compile_procs for d in _descendants(c)]
-            if any("service.sandbox" in _cmdline(d) for d in checking):
+            seen = compile_procs + [d for c in compile_procs for d in _descendants(c)]
+            if any(started in _cmdline(p) for p in seen):
                 break
             time.sleep(0.02)  # polling interval, not a limit
         assert proc.poll() is None, proc.communicate()
@@ -288,9 +260,34 @@ def test_ctrl_c_during_the_run_check_stops_its_sandbox_too(tmp_path: Path) -> No
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
-    for pid in checking:
+    return proc.returncode, err, seen
+
+
+def _gone(pids: list[int]) -> None:
+    for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or _zombie(pid), (pid, _cmdline(pid))
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_compile_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT once the compile process runs: exit 130, the process gone, no library, no temporary."""
+    path = corpus_file(RELAX / "tv_mobilenet_v3_small.json")
+    argv = ["compile", str(path), "-o", str(tmp_path / "m.so"), "--default-device", "cpu"]
+    code, err, seen = _interrupt(argv, "spawn_main")
+    assert code == 130 and "Traceback" not in err, err
+    _gone(seen)
+    assert _leftovers(tmp_path, set()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_run_check_stops_its_sandbox_too(tmp_path: Path) -> None:
+    """SIGINT while the sandboxed run check runs: the check's processes end with the compile."""
+    source = tmp_path / "kernel.py"
+    source.write_text(WITH_KERNEL)
+    argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
+    code, err, seen = _interrupt(argv, "service.sandbox")
+    assert code == 130, err
+    _gone(seen)
     assert _leftovers(tmp_path, {"kernel.py"}) == []
 
 

@@ -18,7 +18,6 @@ from service.cli import main as cli_main
 from service.models import PlanRequest
 from tests._service import ROOT
 from tests.python_api.common import (
-    CONFLICT,
     DECODER,
     RELAX,
     WITH_KERNEL,
@@ -29,6 +28,9 @@ from tests.python_api.common import (
     service_plan,
     without_request,
 )
+
+# Two hints that cannot both hold (`c = R.add(a, b)` needs one device for both).
+from tests.record.test_relax_cli import CONFLICT
 
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
