@@ -58,7 +58,9 @@ def _ctrl_c_after() -> Iterator[None]:
 
 def temporary_beside(output: Path) -> Path:
     """Where the compile process writes the library: beside `output` (one file system,
-    so the move into place is a rename), hidden, unique."""
+    so the move into place is a rename), hidden, unique, and absolute: the run check's
+    private directory is made beside it and bound into the sandbox by its path."""
+    output = output.absolute()
     return output.parent / f".{output.name}.{uuid.uuid4().hex[:12]}.tmp.so"
 
 

@@ -34,6 +34,15 @@ def _compile(*argv: str) -> subprocess.CompletedProcess[str]:
     return run_devplan("compile", *argv, timeout=1800)
 
 
+def _compile_in(directory: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m devplan compile ARGV` run from `directory` (a user's own project)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", *argv],
+        capture_output=True, text=True, cwd=directory, env=env, timeout=1800, check=False,
+    )
+
+
 def _leftovers(directory: Path, keep: set[str]) -> list[str]:
     """Files in `directory` other than `keep` (a failed compile leaves none, hidden ones included)."""
     return sorted(p.name for p in directory.iterdir() if p.name not in keep)
@@ -73,7 +82,8 @@ def test_a_module_with_its_own_kernel_compiles_runs_and_matches(tmp_path: Path) 
     source.write_text(WITH_KERNEL)
     out = tmp_path / "kernel.so"
     report = tmp_path / "report.json"
-    done = _compile(str(source), "-o", str(out), "--default-device", "cpu", "--run-check", "--report", str(report))
+    # From the user's directory, with paths relative to it (the check's sandbox binds absolute ones).
+    done = _compile_in(tmp_path, "kernel.py", "-o", "kernel.so", "--default-device", "cpu", "--run-check", "--report", "report.json")
     assert done.returncode == 0, done.stderr
     assert _leftovers(tmp_path, {"kernel.py", "kernel.so", "report.json"}) == []
     written = json.loads(report.read_text())
