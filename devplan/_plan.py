@@ -140,6 +140,17 @@ class _Request:
             raise error_of(failure) from None
         except RecursionError:
             raise error_of(PlanFailure.plain("malformed-module", "module nests too deeply to plan")) from None
+        except MemoryError:
+            raise error_of(PlanFailure.plain("module-too-large", "the module needs more memory than there is")) from None
+        except Exception as err:  # a bug, or TVM's own error: a devplan.Error still, its cause kept
+            raise _internal(err) from err
+
+
+def _internal(err: Exception) -> Error:
+    """An unexpected failure as devplan.InternalError (the service's 500 problem has no
+    detail; the message here does, and the cause stays chained for its traceback)."""
+    message = f"internal error while planning: {type(err).__name__}: {err}"
+    return error_of(PlanFailure.plain("internal-error", message))
 
 
 def _request(caller: str, module: Any, options: Mapping[str, Any]) -> _Request:
@@ -178,6 +189,8 @@ def _request(caller: str, module: Any, options: Mapping[str, Any]) -> _Request:
         inner = module_source(module, request.mode)
     except RelayError as err:
         raise error_of(PlanFailure.from_relay_error("malformed-module", err)) from None
+    except Exception as err:  # TVM's own error reading the module: a devplan.Error still
+        raise _internal(err) from err
     # JSON, for the input's encoding: an IRModule has no text positions (`at` selectors are refused).
     job = dataclasses.replace(
         job, name=MODULE_NAME, language="relax", input_format="json", output_format="json", include=("placements",)

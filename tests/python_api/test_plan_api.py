@@ -316,3 +316,18 @@ def test_relay_text_plans_to_the_services_text() -> None:
     assert status == 200 and plan.module == answer["module"]
     assert plan.summary == answer["summary"] and plan.device_map == []
     assert [p["device"] for p in plan.placements if p["kind"] == "operator"] == ["cpu"]
+
+
+def test_an_unexpected_failure_is_an_internal_error_with_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever TVM or a bug raises reaches the caller as devplan.InternalError (the service's
+    500 problem, no detail), the original exception chained as its cause."""
+    import service.relax_planning
+
+    def broken(mod: Any, mode: str) -> Any:
+        raise RuntimeError("TVM said no")
+
+    monkeypatch.setattr(service.relax_planning, "module_source", broken)
+    with pytest.raises(devplan.InternalError) as raised:
+        devplan.plan(script(WITH_KERNEL))
+    assert isinstance(raised.value.__cause__, RuntimeError) and "TVM said no" in str(raised.value)
+    assert raised.value.problem["status"] == 500 and "detail" not in raised.value.problem
