@@ -179,7 +179,7 @@ def _request(caller: str, module: Any, options: Mapping[str, Any]) -> _Request:
             raise ConfigError(f"error: {detail}", problem_body(err.kind, detail, None, **err.extra)) from None
         raise
     if not is_ir:
-        return _Request(dataclasses.replace(job, name=STRING_NAME, include=("placements",)), None)
+        return _Request(dataclasses.replace(job, name=STRING_NAME, include=_include(request.mode)), None)
     if request.language == "relay":
         raise TypeError(f"{caller}(): a tvm.IRModule is a Relax module; language='relay' contradicts it")
     from relay import RelayError
@@ -193,9 +193,17 @@ def _request(caller: str, module: Any, options: Mapping[str, Any]) -> _Request:
         raise _internal(err) from err
     # JSON, for the input's encoding: an IRModule has no text positions (`at` selectors are refused).
     job = dataclasses.replace(
-        job, name=MODULE_NAME, language="relax", input_format="json", output_format="json", include=("placements",)
+        job, name=MODULE_NAME, language="relax", input_format="json", output_format="json", include=_include(request.mode)
     )
     return _Request(job, _ModuleSource(inner))
+
+
+def _include(mode: str) -> tuple[str, ...]:
+    """What the first run adds to the plan: in optimize mode the placement record's views
+    (cheap there, and a search bounded by time could answer otherwise on a second run);
+    in TVM mode nothing (each placement's reason is a why-answer: as long as the plan
+    itself), so that a caller who wants the module alone pays for the module alone."""
+    return ("placements",) if mode == "optimize" else ()
 
 
 class Plan:
@@ -212,21 +220,41 @@ class Plan:
     def __init__(self, request: _Request, outcome: PlanOutcome) -> None:
         self._request = request
         self._outcome = outcome
+        self._detailed: PlanOutcome | None = outcome if outcome.placements is not None else None
         source = request.source
         self.module: Any = source.written if source is not None else outcome.module
-        self.cost: Cost = _cost_of(outcome)
-        self.placements: list[dict[str, Any]] = list(outcome.placements or [])
-        self.copies: list[dict[str, Any]] = list(outcome.copies or [])
-        self.device_map: list[dict[str, Any]] = list(outcome.device_map or [])
         self.summary: dict[str, Any] = outcome.summary
         self.notices: list[str] = list(outcome.notices)
         self.divergences: list[dict[str, Any]] = list(outcome.divergences)
         self.explanation: list[str] | None = outcome.explanation
 
+    def _details(self) -> PlanOutcome:
+        """The outcome with the placement record's views: a TVM-mode plan computes them on
+        first use (TVM's rules give the same plan again), an optimize-mode one has them."""
+        if self._detailed is None:
+            self._detailed = self._request.run(include=("placements",))
+        return self._detailed
+
+    @property
+    def cost(self) -> Cost:
+        return _cost_of(self._details())
+
+    @property
+    def placements(self) -> list[dict[str, Any]]:
+        return list(self._details().placements or [])
+
+    @property
+    def copies(self) -> list[dict[str, Any]]:
+        return list(self._details().copies or [])
+
+    @property
+    def device_map(self) -> list[dict[str, Any]]:
+        return list(self._details().device_map or [])
+
     def __repr__(self) -> str:
-        ms = self.cost.predicted_ms
-        predicted = f"{ms:.3f} ms" if ms is not None else "unpriced"
-        return f"<devplan.Plan {self._request.job.options.mode}: {predicted}, {len(self.copies)} copies>"
+        copies = self._outcome.summary.get("device_copies")
+        count = len(copies) if isinstance(copies, list) else copies
+        return f"<devplan.Plan {self.mode}: {count} copies>"
 
     @property
     def mode(self) -> str:
@@ -236,7 +264,7 @@ class Plan:
         """The placement report (`devplan plan --report`; schemas/report.schema.json)."""
         from service.report import report_from_response
 
-        return report_from_response(self._outcome.as_dict(), self.mode)
+        return report_from_response(self._details().as_dict(), self.mode)
 
     def why(self, selector: Mapping[str, Any]) -> dict[str, Any]:
         """Why each expression `selector` matches is on its device (a `why` entry
