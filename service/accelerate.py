@@ -26,10 +26,14 @@ same cost model with copies synchronous (`overlap: false`).
 
 Map out (`plan_map`): a plan's weights and operators read back as such a
 map: each module's entry is where its weights are stored. Where the plan
-runs an operator somewhere `dispatch_model` would not (on the cpu while its
-weights live on a GPU, on the cpu with a GPU in the map, on a GPU that is not
-its weights' nor the main device) the map cannot express the plan: the
-answer says `accelerate_expressible: false` and which modules are at fault.
+runs a module's operator somewhere `dispatch_model` would not (on the cpu
+while its weights live on a GPU, on the cpu with a GPU in the map, on a GPU
+that is not its weights' nor the main device) the map cannot express the
+plan: the answer says `accelerate_expressible: false` and which modules are
+at fault. Operators of no module that the plan runs off the main device are
+listed apart (`accelerate_outside_modules`): accelerate runs them on the main
+device whatever the map says, so no entry could express them, and they are
+small (the rotary tables and masks of a decoder).
 """
 
 from __future__ import annotations
@@ -285,6 +289,10 @@ class PlanMap:
     names: str  # where the module names came from (ModuleNames.source)
     main: str
     faults: tuple[Fault, ...] = ()
+    # Operators of no module (the model's own forward: rotary tables, masks) the plan
+    # runs off the main device: accelerate runs them there. No module is at fault, so
+    # they do not make the map inexpressible; the answer lists them apart.
+    outside: tuple[Fault, ...] = ()
 
     @property
     def expressible(self) -> bool:
@@ -296,6 +304,7 @@ class PlanMap:
             "accelerate_device_map": dict(self.device_map),
             "accelerate_expressible": self.expressible,
             "accelerate_at_fault": [f.to_json() for f in self.faults],
+            "accelerate_outside_modules": [f.to_json() for f in self.outside],
             "accelerate_names": self.names,
             "accelerate_main_device": accelerate_value(self.main),
         }
@@ -372,11 +381,13 @@ def plan_map(
         if actual != expected:
             key = (module or "", actual, expected)
             wrong[key] = wrong.get(key, 0) + 1
+    outside: list[Fault] = []
     for (module, actual, expected), count in wrong.items():
         stored = entries.get(module) if module else None
-        faults.append(Fault(module, count, actual, expected, _reason(module, stored, actual, expected, main)))
+        fault = Fault(module, count, actual, expected, _reason(module, stored, actual, expected, main))
+        (faults if module else outside).append(fault)
     value_map = {k: accelerate_value(v) for k, v in entries.items()}
-    return PlanMap(value_map, names.source, main, tuple(faults))
+    return PlanMap(value_map, names.source, main, tuple(faults), tuple(outside))
 
 
 def _submodule(weight: str) -> str:
@@ -390,7 +401,10 @@ def _reason(module: str, stored: str | None, actual: str, expected: str, main: s
     """Why accelerate cannot run these operators where the plan does."""
     ops = "its operators" if module else "operators of no module (the model's own forward)"
     if stored is None:
-        return f"the plan runs {ops} on {actual}; accelerate runs them on the main device {expected}"
+        return (
+            f"the plan runs {ops} on {actual}; accelerate runs them on the main device {expected}, "
+            "which the map cannot change (its price differs by their time there)"
+        )
     if is_gpu(stored):
         return (
             f"the plan runs {ops} on {actual} while its weights live on {stored}; "

@@ -781,6 +781,12 @@ class PlanResponse(BaseModel):
         "in the map, ...): `accelerate_at_fault` says which modules and why.",
     )
     accelerate_at_fault: list[AcceleratefaultOut] | None = Field(None, description="Modules the map cannot express.")
+    accelerate_outside_modules: list[AcceleratefaultOut] | None = Field(
+        None,
+        description='Operators of no module (module `""`: the model\'s own forward, rotary tables, masks) the plan '
+        "runs off the main device: accelerate runs them on the main device whatever the map says. They do not make "
+        "the map inexpressible; the map's price as `dispatch_model` runs it differs by their time.",
+    )
     accelerate_names: Literal["request", "parameters", "inferred"] | None = Field(
         None,
         description="Where the module names come from: the request's `accelerate_device_map`, the weights' dotted "

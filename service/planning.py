@@ -792,7 +792,9 @@ def accelerate_lines(
             "in --report's accelerate_device_map (HTTP: include [\"placements\"])"
         )
     for fault in as_map.faults:
-        lines.append(f"  at fault: {fault.module or '(no module)'}: {fault.reason}")
+        lines.append(f"  at fault: {fault.module}: {fault.reason}")
+    for fault in as_map.outside:
+        lines.append(f"  outside modules: {fault.operators} operators: {fault.reason}")
     return lines
 
 

@@ -179,6 +179,16 @@ def test_compute_on_the_cpu_with_weights_on_a_gpu_is_at_fault() -> None:
     assert back.to_json()["accelerate_at_fault"] == [fault.to_json()]
 
 
+def test_operators_of_no_module_off_the_main_device_are_listed_apart() -> None:
+    devices = _devices({"": 0})
+    devices[0] = devices[3] = "cpu"  # the mask (no module) computed on the host
+    back = plan_map(_planned(devices), [PARAMS])
+    assert back.expressible and not back.faults  # no module is at fault: the map is the plan's
+    (outside,) = back.outside
+    assert (outside.module, outside.operators, outside.plan_device, outside.accelerate_device) == ("", 1, "cpu", "cuda")
+    assert back.to_json()["accelerate_outside_modules"] == [outside.to_json()]
+
+
 def test_compute_on_the_cpu_with_a_gpu_in_the_map_is_at_fault() -> None:
     devices = _devices({"": 0})
     devices[0] = "cpu"

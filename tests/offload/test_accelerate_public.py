@@ -30,9 +30,9 @@ FRACTIONS = (0.25, 0.5, 0.75)
 SYNCHRONOUS: dict[str, Any] = {"overlap": False}  # copies as accelerate runs them (see _job)
 
 
-def _job(fraction: float, **fields: Any) -> PlanJob:
-    budget = int(_maps()[fraction]["gpu_budget_bytes"])
-    profiles = {"cuda": {"memory_bytes": budget}}
+def _job(fraction: float | None, **fields: Any) -> PlanJob:
+    """A request of the decoder under a fraction's GPU budget (None: no budget)."""
+    profiles = {"cuda": {"memory_bytes": int(_maps()[fraction]["gpu_budget_bytes"])}} if fraction else {}
     return PlanJob(_text(), input_format="json", language="relax", mode="optimize", include=("placements",),
                    device_profiles=profiles, **SYNCHRONOUS, **fields)
 
@@ -145,11 +145,11 @@ def test_cli_takes_a_map_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
 
 
 @lru_cache(maxsize=4)
-def _planned(fraction: float) -> tuple[PlanOutcome, dict[str, Any]]:
+def _planned(fraction: float | None) -> tuple[PlanOutcome, dict[str, Any]]:
     return plan_report(_job(fraction, timeout_ms=60_000))
 
 
-def _check_round_trip(fraction: float) -> None:
+def _check_round_trip(fraction: float | None) -> None:
     outcome, report = _planned(fraction)
     jsonschema.Draft202012Validator(load_schema()).validate(report)
     amap = report["accelerate_device_map"]
@@ -167,6 +167,7 @@ def _check_round_trip(fraction: float) -> None:
     assert all(accelerate_value(stored[w]) == amap[owners[w]] for w in weights if owners[w] is not None)
     back = run_plan(_job(fraction, accelerate_device_map=amap))
     assert back.accelerate_input is not None
+    assert back.as_dict()["accelerate_device_map"] == amap  # handed in, read back
     assert abs(back.accelerate_input["predicted_ms"] - outcome.cost["predicted_ms"]) <= 0.01 * outcome.cost[
         "predicted_ms"
     ]
@@ -177,6 +178,18 @@ def _check_round_trip(fraction: float) -> None:
 @pytest.mark.parametrize("fraction", FRACTIONS)
 def test_every_plan_comes_back_as_a_map_priced_as_the_plan(fraction: float) -> None:
     _check_round_trip(fraction)
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_a_plan_without_a_budget_is_expressible_and_priced_as_the_plan() -> None:
+    """Everything fits the GPU: the map stores every module there; the rotary tables and
+    the mask the plan computes on the host are outside every module (accelerate runs them
+    on the GPU), listed apart, and the map handed back is priced within 1% of the plan."""
+    _, report = _planned(None)
+    assert report["accelerate_expressible"] and set(report["accelerate_device_map"].values()) == {0}
+    assert all(f["module"] == "" for f in report["accelerate_outside_modules"])
+    _check_round_trip(None)
 
 
 @needs_corpus
