@@ -12,9 +12,10 @@ raise `devplan.Error` subclasses carrying the service's problem+json body.
 See docs/python.md.
 """
 
+from importlib import import_module as _import_module
 from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from devplan._compile import compile
 from devplan._errors import (
     CompileError,
     ConfigError,
@@ -28,8 +29,29 @@ from devplan._errors import (
     TVMUnavailableError,
     TypeCheckError,
 )
-from devplan._pass import PlanDevices
-from devplan._plan import Cost, Plan, plan
+
+if TYPE_CHECKING:
+    from devplan._compile import compile
+    from devplan._pass import PlanDevices
+    from devplan._plan import Cost, Plan, plan
+
+# Loaded on first use: they import the planner, the service's models and (for a module)
+# TVM, which `python -m devplan` (the command) does not need before it parses its flags.
+_LAZY = {
+    "plan": "devplan._plan",
+    "Plan": "devplan._plan",
+    "Cost": "devplan._plan",
+    "PlanDevices": "devplan._pass",
+    "compile": "devplan._compile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(_import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'devplan' has no attribute {name!r}")
 
 try:
     __version__ = _metadata.version("devplan")
@@ -55,3 +77,7 @@ __all__ = [
     "compile",
     "plan",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -9,10 +9,12 @@ compiler-style text `devplan plan` prints on stderr.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service import errors
-from service.planning import PlanFailure
+
+if TYPE_CHECKING:
+    from service.planning import PlanFailure
 
 
 class Error(Exception):
