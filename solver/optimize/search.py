@@ -617,12 +617,14 @@ def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
 def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: Work) -> list[int]:
     """Single-class moves (then moves of both ends of an edge) that keep
     support and budgets and lower the objective, first improvement, until none
-    is left or `work` is spent (a unit per class or edge tried): the
+    is left or `work` is spent (a unit per class or edge tried, the classes
+    and edges for each budget check): the
     cheap polish expansion cannot do under tight budgets (an expansion move
     that overfills a device is dropped whole, while moving one class may fit).
     The change of the objective is computed from the class's own kernels and
     edges; budgets are re-checked only for improving moves."""
     assign = list(start)
+    checked = len(problem.allowed) + len(problem.edges)  # what a budget check walks
     incident: list[list[tuple[int, int, int, int]]] = [[] for _ in problem.allowed]
     for edge in problem.edges:
         incident[edge[0]].append(edge)
@@ -644,7 +646,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: 
         assign[u] = d
         change += local(v, d) - local(v, old_v)
         assign[v] = d
-        if change < 0 and not budget_violations(problem, assign):
+        if change < 0 and work.spend(checked, "local moves") and not budget_violations(problem, assign):
             return True
         assign[u], assign[v] = old_u, old_v
         return False
@@ -663,7 +665,7 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: 
                 if d == here or local(c, d) >= base:
                     continue
                 assign[c] = d
-                if budget_violations(problem, assign):
+                if not work.spend(checked, "local moves") or budget_violations(problem, assign):
                     assign[c] = here
                     continue
                 improved = True

@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 # window may take (nodes, checks, nodes without progress).
 FIRST_WINDOW = 160
 MIN_WINDOW = 40
-WINDOW_EFFORT = Effort(nodes=200, checks=100, stall_nodes=60)
+WINDOW_EFFORT = Effort(nodes=200, checks=20_000, stall_nodes=60, columns=8_000)
 # What a window costs besides its nodes (building and starting its MILP), in nodes.
-WINDOW_COST = 100
+WINDOW_COST = 150
 
 
 def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Problem:

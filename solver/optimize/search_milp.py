@@ -263,21 +263,27 @@ def _bound(dual: float, fixed_ns: int) -> int:
 @dataclass(frozen=True)
 class Effort:
     """How much work one HiGHS run may do: branch-and-bound nodes; `checks`,
-    the times HiGHS checks its limits (it does so between the rounds of its
-    root node's cuts and heuristics and at every node, so this bounds the
-    root's work too, which nodes do not; its callbacks report no simplex
-    iterations during a MIP); and with `stall_nodes` a stop once that many
-    nodes pass with neither the bound nor the plan improving. Counted, so a
-    run stops at the same point on an idle or a busy machine (solver.work)."""
+    the times HiGHS checks its limits times the model's columns (it checks
+    between the rounds of its root node's cuts and heuristics and at every
+    node, so this bounds the root's work too, which nodes do not; a check
+    costs about as much as the model is large; its callbacks report no
+    simplex iterations during a MIP); and with `stall_nodes` a stop once that
+    many nodes pass with neither the bound nor the plan improving. Counted,
+    so a run stops at the same point on an idle or a busy machine
+    (solver.work)."""
 
     nodes: int
     checks: int = 1 << 40
     stall_nodes: int | None = None
+    # The largest model (columns) HiGHS is given: on larger ones its root node
+    # can run for many seconds between two checks (densenet121 with two 9 MB
+    # GPUs, 11555 columns: 8 to 36 s without one), which no count can bound.
+    columns: int = 1 << 40
 
     def scaled(self, share: float) -> Effort:
         """This effort times `share` (at least one node and one check)."""
         stall = None if self.stall_nodes is None else max(1, int(self.stall_nodes * share))
-        return Effort(max(1, int(self.nodes * share)), max(1, int(self.checks * share)), stall)
+        return Effort(max(1, int(self.nodes * share)), max(1, int(self.checks * share)), stall, self.columns)
 
 
 @dataclass(frozen=True)
@@ -321,6 +327,7 @@ def _run_here(
     moved = [0, -math.inf]  # node count when the bound or the plan last improved, the bound then
     stop = [""]
     checks = [0]
+    most_checks = max(1, effort.checks // max(1, len(model.cost)))
 
     def progress(event: Any) -> None:
         out = event.data_out
@@ -331,7 +338,7 @@ def _run_here(
             report("bound", dual)
         if dual > moved[1] + 1e-6 * abs(moved[1]):
             moved[0], moved[1] = nodes, dual
-        if checks[0] >= effort.checks:
+        if checks[0] >= most_checks:
             stop[0] = "stopped: work limit"
         elif effort.stall_nodes is not None and nodes - moved[0] >= effort.stall_nodes:
             stop[0] = "stopped: stalled"
@@ -459,6 +466,9 @@ def milp_solve(
     groups = identical_devices(problem)
     model = _Model(problem, weights, groups)
     effort = dataclasses.replace(effort, nodes=max(1, min(effort.nodes, work.left())))
+    if len(model.cost) > effort.columns:
+        log.info("HiGHS skipped: %d columns, more than %d", len(model.cost), effort.columns)
+        return MilpResult(None, problem.fixed_ns, False, False, False, "skipped: too large")
     first = _run(model, model.cost, effort, work, start)
     work.spend(first.nodes + 1, "highs")
     text = first.status
@@ -484,7 +494,10 @@ def milp_solve(
     if ties and ns_proven and not work.cut_short:
         # Stage 2: the tie-breaks among plans of run time <= ns, with at most
         # 0.3 of the checks stage 1 made: proving the tie-breaks must not double the work.
-        tie_effort = Effort(max(1, int(0.3 * effort.nodes)), max(STAGE2_CHECKS, int(0.3 * first.checks)))
+        columns = len(model.cost)
+        tie_effort = Effort(
+            max(1, int(0.3 * effort.nodes)), columns * max(STAGE2_CHECKS, int(0.3 * first.checks)), None, columns
+        )
         second_run = _run(model, model.tie, tie_effort, work, assign, float(ns - problem.fixed_ns) + 0.5)
         work.spend(second_run.nodes + 1, "highs")
         nodes += second_run.nodes

@@ -216,11 +216,11 @@ SEARCH_UNITS = 4_000_000
 # The full MILP: HiGHS's nodes and checks (`search_milp.Effort`), and the nodes it may
 # go without improving its bound or plan (past its root it rarely moves the
 # bound of a budget problem).
-MILP_EFFORT = Effort(nodes=600, checks=300, stall_nodes=150)
+MILP_EFFORT = Effort(nodes=600, checks=100_000, stall_nodes=150, columns=8_000)
 # The windows (`search_lns`): HiGHS nodes over all windows (and WINDOW_COST a window).
-WINDOW_NODES = 4_000
-# The polish: classes and edges tried by single-class moves.
-POLISH_UNITS = 200_000
+WINDOW_NODES = 1_500
+# The polish: classes and edges tried by single-class moves, and walked by their budget checks.
+POLISH_UNITS = 100_000
 # Z3 Optimize (only when no other step finds a plan): Z3's resource count.
 Z3_RLIMIT = 50_000_000
 # The windows stop once the plan is within this much (parts per million) of
@@ -233,7 +233,7 @@ GAP_GOAL_PPM = 2500
 # at least COARSE_MIN free classes.
 COARSE_RUN = 8
 COARSE_MIN = 256
-COARSE_EFFORT = Effort(nodes=300, checks=60, stall_nodes=100)
+COARSE_EFFORT = Effort(nodes=300, checks=50_000, stall_nodes=100, columns=8_000)
 
 
 def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], work: Work) -> list[int]:
@@ -311,6 +311,8 @@ def _search(
     # The full MILP: the bound, and the proof when HiGHS closes the gap.
     milp_work = work.part(MILP_EFFORT.nodes)
     found = milp_solve(problem, weights, assign, MILP_EFFORT, milp_work) if milp_work.more("highs") else None
+    if found is not None and found.status.startswith("skipped"):
+        found = None  # too large for HiGHS (`Effort.columns`)
     if found is not None and found.infeasible:
         return None
     method = "search"
