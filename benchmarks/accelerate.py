@@ -6,7 +6,8 @@ For each budget (a fraction of the decoder's 623 MB of weights) this prints:
   unless mapped to another, cpu weights copied in synchronously): predicted ms, peak memory on the GPUs, whether
   it fits the budgets;
 - our plan under the same budgets with copies synchronous (`overlap: false`, as accelerate copies) and with
-  overlap (the default): predicted ms, gap, whether its own accelerate map is expressible, planning seconds;
+  overlap (the default): predicted ms, gap, whether its own accelerate map is expressible, planning seconds
+  (`on_timeout: "best"`: a plan the time limit stopped is marked "(stopped)");
 - ours / accelerate's.
 
 One GPU: the corpus maps (`../shared/corpus/relax/offload/llama_h1024_l8.accelerate.json`). Two GPUs of half the
@@ -54,7 +55,7 @@ def _plan(text: str, timeout_ms: int, **fields: Any) -> tuple[Any, float]:
     start = time.perf_counter()
     try:
         outcome = run_plan(PlanJob(text, input_format="json", language="relax", mode="optimize",
-                                   include=("placements",), timeout_ms=timeout_ms, **fields))
+                                   include=("placements",), timeout_ms=timeout_ms, on_timeout="best", **fields))
     except PlanFailure as failure:
         return failure, time.perf_counter() - start
     return outcome, time.perf_counter() - start
@@ -87,10 +88,11 @@ def rows(gpus: int, timeout_ms: int) -> list[list[str]]:
                 continue
             answer = ours.as_dict()
             gap = cost.get("gap")
-            row += [_ms(cost["predicted_ms"]), "-" if gap is None else f"{gap:.2%}",
+            stopped = " (stopped)" if "stopped" in str(cost.get("method", "")) else ""
+            row += [_ms(cost["predicted_ms"]) + stopped, "-" if gap is None else f"{gap:.2%}",
                     "yes" if answer.get("accelerate_expressible") else "no", f"{seconds:.1f} s"]
             if not overlap and handed.get("predicted_ms"):
-                ratio = f"{cost['predicted_ms'] / handed['predicted_ms']:.2f}"
+                ratio = f"{cost['predicted_ms'] / handed['predicted_ms']:.3g}"
         row.append(ratio)
         out.append(row)
     return out
