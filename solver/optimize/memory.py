@@ -42,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .cost_model import copy_ns
 
 
@@ -108,37 +110,70 @@ def step_usage(problem: object, assign: Sequence[int]) -> dict[int, list[int]]:
     from .problem import Problem
 
     assert isinstance(problem, Problem)
-    live = problem.liveness
-    n = len(live.order)
-    diff: dict[int, list[int]] = {}
-
-    def add(d: int, start: int, stop: int, nbytes: int) -> None:
-        """nbytes on d at steps start..stop (inclusive)."""
-        if nbytes <= 0 or start > stop:
-            return
-        row = diff.get(d)
-        if row is None:
-            row = diff[d] = [0] * (n + 1)
-        row[start] += nbytes
-        row[stop + 1] -= nbytes
-
-    for c, d in enumerate(assign):
-        k = live.pos[c]
-        if not live.weight[c]:
-            add(d, k + 1, live.last[c], live.value[c])
-        add(d, k, k, problem.largest[c])
-        for v, nbytes in live.inputs[c]:
-            if assign[v] != d:
-                add(d, k, k, nbytes)
+    arrays = _arrays(problem)
+    n = len(problem.liveness.order)
+    a = np.asarray(assign, dtype=np.int64)
     out: dict[int, list[int]] = {}
-    for d, row in diff.items():
-        acc = 0
-        steps = []
-        for k in range(n):
-            acc += row[k]
-            steps.append(acc)
-        out[d] = steps
+    for d in np.unique(a).tolist():
+        on = a == d
+        diff = np.zeros(n + 2, dtype=np.int64)
+        live = on & arrays.activation
+        np.add.at(diff, arrays.pos[live] + 1, arrays.value[live])
+        np.add.at(diff, arrays.last[live] + 1, -arrays.value[live])
+        np.add.at(diff, arrays.pos[on], arrays.largest[on])
+        np.add.at(diff, arrays.pos[on] + 1, -arrays.largest[on])
+        into = (a[arrays.reader] == d) & (a[arrays.source] != d)
+        np.add.at(diff, arrays.at[into], arrays.nbytes[into])
+        np.add.at(diff, arrays.at[into] + 1, -arrays.nbytes[into])
+        steps = np.cumsum(diff[:n])
+        if steps.any():
+            out[int(d)] = steps.tolist()
     return out
+
+
+@dataclass(frozen=True)
+class _Arrays:
+    """`Liveness` as numpy arrays per class and per cuttable edge."""
+
+    pos: np.ndarray
+    last: np.ndarray
+    value: np.ndarray
+    largest: np.ndarray
+    activation: np.ndarray  # classes whose value lives on (not weights)
+    reader: np.ndarray  # per edge: the consumer class
+    source: np.ndarray  # per edge: the producer class
+    at: np.ndarray  # per edge: the consumer's step
+    nbytes: np.ndarray  # per edge: bytes over all uses
+
+
+_CACHE: dict[int, tuple[object, _Arrays]] = {}
+
+
+def _arrays(problem: object) -> _Arrays:
+    from .problem import Problem
+
+    assert isinstance(problem, Problem)
+    hit = _CACHE.get(id(problem))
+    if hit is not None and hit[0] is problem:
+        return hit[1]
+    live = problem.liveness
+    edges = [(u, v, b * uses) for u, v, b, uses in problem.edges if b]
+    pos = np.asarray(live.pos, dtype=np.int64)
+    made = _Arrays(
+        pos,
+        np.asarray(live.last, dtype=np.int64),
+        np.asarray(live.value, dtype=np.int64),
+        np.asarray(problem.largest, dtype=np.int64),
+        ~np.asarray(live.weight, dtype=bool),
+        np.asarray([u for u, _v, _b in edges], dtype=np.int64),
+        np.asarray([v for _u, v, _b in edges], dtype=np.int64),
+        pos[np.asarray([u for u, _v, _b in edges], dtype=np.int64)] if edges else np.zeros(0, dtype=np.int64),
+        np.asarray([b for _u, _v, b in edges], dtype=np.int64),
+    )
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[id(problem)] = (problem, made)
+    return made
 
 
 def peak_memory(problem: object, assign: Sequence[int]) -> dict[int, int]:

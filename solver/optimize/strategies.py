@@ -163,8 +163,20 @@ def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
             # these fast (the public decoder at 0.25-0.75 of its weights: proven
             # in 2-4 s); the offload program stays for budgets nothing streams into.
             assign = local_moves(problem, weights, streaming, work.part(POLISH_UNITS))
-            start = Solution(assign, evaluate(problem, weights, assign)[0], 0, "streaming")
-            return _search(problem, weights, work, start)
+            value = evaluate(problem, weights, assign)[0]
+            # HiGHS with less effort first: from a plan this close its root
+            # usually proves the goal; else the whole search.
+            quick = milp_solve(problem, weights, assign, STREAM_EFFORT, work.part(STREAM_EFFORT.nodes))
+            if quick.infeasible:
+                return None
+            if quick.assign is not None and evaluate(problem, weights, quick.assign)[0] < value:
+                assign = quick.assign
+                value = evaluate(problem, weights, assign)[0]
+            lower = min(value, quick.bound_ns * weights.per_ns)
+            if value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM):
+                method = "streaming + highs (optimal)" if lower >= value or quick.proven else "streaming + highs"
+                return Solution(assign, value, value if quick.proven else lower, method)
+            return _search(problem, weights, work, Solution(assign, value, lower, "streaming"))
         offload = offload_search(problem, weights, None, 0, OFFLOAD_GOAL_PPM, work.part(OFFLOAD_POINTS))
         if offload is None:  # not an offload problem: the priced cuts
             start = _budget_heuristic(problem, weights, pair, assign, value, work)
@@ -234,6 +246,10 @@ GAP_GOAL_PPM = 2500
 COARSE_RUN = 8
 COARSE_MIN = 256
 COARSE_EFFORT = Effort(nodes=300, checks=50_000, stall_nodes=100, columns=8_000)
+# HiGHS on an offload problem from its streaming plan (`solve`), before the
+# whole search: a decoder's root node, warm-started this close, is quick even
+# past the search's column limit (the 32-layer 7B-width decoder: about 10,000).
+STREAM_EFFORT = Effort(nodes=60, checks=40_000, stall_nodes=30, columns=24_000)
 
 
 def _coarse_milp(problem: Problem, weights: Weights, assign: list[int], work: Work) -> list[int]:

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from .memory import step_usage
-from .problem import Problem, Weights, budget_violations, evaluate
+from .problem import Problem, Weights, budget_violations
 
 # How many classes step 2 may move off the budgeted device.
 MAX_REPAIRS = 64
@@ -61,13 +61,17 @@ def stream_plan(problem: Problem, weights: Weights, g: int, c: int, start: Seque
         return None
     if budget_violations(problem, plan):
         return None
-    base = evaluate(problem, weights, plan)[1]
+    readers: dict[int, list[tuple[int, int, int]]] = {}
+    for u, v, b, uses in problem.edges:
+        readers.setdefault(v, []).append((u, b, uses))
+
+    def copies_from(x: int, d: int) -> int:
+        return sum(problem.edge_ns(b, d, plan[u], uses) for u, b, uses in readers.get(x, ()) if plan[u] != d)
+
     gains: list[tuple[float, int, int]] = []
     for x in range(n):
         if plan[x] == c and live.weight[x] and g in problem.allowed[x] and problem.weight_bytes[x]:
-            trial = list(plan)
-            trial[x] = g
-            saved = base - evaluate(problem, weights, trial)[1]
+            saved = copies_from(x, c) - copies_from(x, g)  # weight classes have no kernel time
             if saved > 0:
                 gains.append((saved / problem.weight_bytes[x], problem.weight_bytes[x], x))
     gains.sort(key=lambda t: (-t[0], -t[1], t[2]))
