@@ -195,6 +195,13 @@ def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
                 if value * 1_000_000 <= known * (1_000_000 + OFFLOAD_GOAL_PPM) and not ties_open:
                     return start
             return _search(problem, weights, work, start, known)
+    one_gpu = _streaming_on_one(problem, weights)
+    if one_gpu is not None:
+        # Several budgeted devices (two GPUs and the cpu): the streaming plan
+        # over the host and one of them is a plan of this problem too; the
+        # search starts from the best such plan instead of from nothing.
+        assign = local_moves(problem, weights, one_gpu, work.part(POLISH_UNITS))
+        start = Solution(assign, evaluate(problem, weights, assign)[0], 0, "streaming on one device")
     return _search(problem, weights, work, start)
 
 
@@ -210,6 +217,30 @@ def _streaming(problem: Problem, weights: Weights) -> list[int] | None:
     c = next(d for d in used if d != g)
     _, start = _cut(streamed(problem, c), weights, (used[0], used[1]))
     return stream_plan(problem, weights, g, c, start)
+
+
+def _streaming_on_one(problem: Problem, weights: Weights) -> list[int] | None:
+    """The best greedy streaming plan over the one device without a budget
+    (the host) and a single budgeted device, for problems with several
+    budgeted devices; None when there is no such problem or no plan fits."""
+    used = sorted({d for ok in problem.allowed for d in ok})
+    free = [d for d in used if d not in problem.budgets]
+    budgeted = [d for d in used if d in problem.budgets]
+    if len(free) != 1 or len(budgeted) < 2:
+        return None
+    c = free[0]
+    best: tuple[int, list[int]] | None = None
+    for g in budgeted:
+        if not all(c in ok or g in ok for ok in problem.allowed):
+            continue
+        _, start = _cut(streamed(problem, c), weights, (min(c, g), max(c, g)))
+        plan = stream_plan(problem, weights, g, c, start)
+        if plan is None:
+            continue
+        value = evaluate(problem, weights, plan)[0]
+        if best is None or value < best[0]:
+            best = (value, plan)
+    return best[1] if best is not None else None
 
 
 # Work allowances (counted, never seconds: module docstring). Sized so that

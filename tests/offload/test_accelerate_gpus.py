@@ -81,3 +81,19 @@ def test_layers_split_between_gpus_copy_activations_over_their_link() -> None:
     # only the link changed: the difference is the activations' bytes at 5 against 50 GB/s
     difference = slow.accelerate_input["predicted_ms"] - fast.accelerate_input["predicted_ms"]
     assert difference == pytest.approx(moved / 5e6 - moved / 50e6, rel=0.02)
+
+
+@needs_corpus
+@pytest.mark.slow
+@pytest.mark.parametrize("fraction", [0.5, 0.75])
+def test_our_plan_over_two_gpus_is_no_slower_than_accelerates_fill(fraction: float) -> None:
+    """Two GPUs of half the budget each plus the cpu, both priced with copies synchronous as
+    accelerate runs them: ours within its budgets, no slower than accelerate's own fill."""
+    theirs = _theirs(fraction).accelerate_input
+    ours = run_plan(_job(fraction, overlap=False, timeout_ms=120_000))
+    assert theirs is not None and ours.cost is not None
+    assert ours.cost["predicted_ms"] <= 1.01 * theirs["predicted_ms"], (ours.cost["predicted_ms"], theirs)
+    budgets = _job(fraction).options.device_profiles
+    assert all(ours.cost["peak_memory_bytes"].get(d, 0) <= int(p["memory_bytes"]) for d, p in budgets.items())
+    used = {p["device"] for p in ours.placements or () if p["kind"] == "operator"}
+    assert {"cuda", "cuda:1"} <= used  # both GPUs work
