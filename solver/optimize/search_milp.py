@@ -178,12 +178,13 @@ class _Model:
             self.row_index.append(i)
             self.row_value.append(v)
 
-    def highs(self, time_limit_s: float, objective: Sequence[float]) -> highspy.Highs:
+    def highs(self, time_limit_s: float | None, objective: Sequence[float]) -> highspy.Highs:
         h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
-        h.setOptionValue("time_limit", max(0.01, time_limit_s))
+        if time_limit_s is not None:
+            h.setOptionValue("time_limit", max(0.01, time_limit_s))
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 0.5)
         # HiGHS's own symmetry detection can outlast the whole search (densenet121
@@ -307,12 +308,13 @@ def _run_here(
     model: _Model,
     objective: Sequence[float],
     effort: Effort,
-    limit_s: float,
+    limit_s: float | None,
     start: Sequence[int] | None,
     stage2_ns: float | None,
     report: Callable[[str, Any], None] | None = None,
 ) -> _Run:
-    """Run HiGHS in this process (the child's side of `_run`)."""
+    """Run HiGHS in this process (the child's side of `_run`); `limit_s`:
+    HiGHS's own time limit, only where no parent watches the deadline."""
     h = model.highs(limit_s, objective)
     h.setOptionValue("mip_max_nodes", max(1, effort.nodes))
     if stage2_ns is not None:
@@ -386,9 +388,8 @@ def _run(
     each improving plan as it goes, so a run the deadline ends still gives
     the last of each (for `on_timeout: "best"`; otherwise the deadline is a
     SolverTimeout)."""
-    limit_s = work.seconds_left()
     if not hasattr(os, "fork"):  # no fork on this platform: in process, HiGHS's limit only
-        run = _run_here(model, objective, effort, limit_s, start, stage2_ns)
+        run = _run_here(model, objective, effort, work.seconds_left(), start, stage2_ns)
         if run.clock:
             work.stopped_by_clock("highs")
         return run
@@ -410,21 +411,20 @@ def _run(
                 send.send((kind, value))
 
         try:
-            send.send(("done", _run_here(model, objective, effort, limit_s, start, stage2_ns, report)))
+            send.send(("done", _run_here(model, objective, effort, None, start, stage2_ns, report)))
         finally:
             os._exit(0)  # no atexit handlers or inherited finalisers in the child
     os.close(write_fd)
     receive = Connection(read_fd, writable=False)
-    stop = time.monotonic() + limit_s + 0.25
     dual = -math.inf
     plan: list[int] | None = None  # the last improving plan the child reported
     result: _Run | None = None
     try:
         while result is None:
-            left = stop - time.monotonic()
-            if left <= 0:
+            # The request's deadline, on its own clock, is the only stop from outside.
+            if work.deadline.expired():
                 break
-            if not receive.poll(min(left, 60.0)):
+            if not receive.poll(min(max(work.seconds_left(), 0.001), 0.05)):
                 continue
             try:
                 kind, value = receive.recv()
