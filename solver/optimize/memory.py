@@ -39,12 +39,46 @@ is the sum of kernel and copy times, `problem.evaluate`'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from .cost_model import copy_ns
+from .cost_model import LinkProfile, copy_ns
+from .order import topological_order
+
+
+class Planned(Protocol):
+    """What the memory rule reads of a `problem.Problem` (a protocol, so that
+    `problem`, which checks budgets by this rule, can import it)."""
+
+    @property
+    def allowed(self) -> Sequence[Sequence[int]]: ...
+    @property
+    def edges(self) -> Sequence[tuple[int, int, int, int]]: ...
+    @property
+    def ops(self) -> Sequence[int]: ...
+    @property
+    def weight_bytes(self) -> Sequence[int]: ...
+    @property
+    def largest(self) -> Sequence[int]: ...
+    @property
+    def unary(self) -> Sequence[Mapping[int, int]]: ...
+    @property
+    def links(self) -> Sequence[Sequence[LinkProfile | None]]: ...
+    @property
+    def budgets(self) -> Mapping[int, int]: ...
+    @property
+    def devices(self) -> Sequence[object]: ...
+    @property
+    def fixed_ns(self) -> int: ...
+    @property
+    def fixed_copy_ns(self) -> Mapping[int, int]: ...
+    @property
+    def liveness(self) -> Liveness: ...
+
+    def edge_ns(self, nbytes: int, src: int, dst: int, uses: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -67,12 +101,8 @@ class Liveness:
     inputs: list[list[tuple[int, int]]]
 
 
-def liveness(problem: object) -> Liveness:
+def liveness(problem: Planned) -> Liveness:
     """The liveness data of a `Problem` (see `Problem.liveness`, cached)."""
-    from .problem import Problem
-    from .search import topological_order
-
-    assert isinstance(problem, Problem)
     n = len(problem.allowed)
     order = topological_order(problem)
     pos = [0] * n
@@ -91,12 +121,9 @@ def liveness(problem: object) -> Liveness:
     return Liveness(order, pos, weight, value, last, inputs)
 
 
-def resident_bytes(problem: object, assign: Sequence[int]) -> dict[int, int]:
+def resident_bytes(problem: Planned, assign: Sequence[int]) -> dict[int, int]:
     """Bytes each device holds for the whole run under `assign`: the weights
     of the classes placed on it."""
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
     out: dict[int, int] = {}
     for c, d in enumerate(assign):
         if problem.weight_bytes[c]:
@@ -104,12 +131,9 @@ def resident_bytes(problem: object, assign: Sequence[int]) -> dict[int, int]:
     return out
 
 
-def step_usage(problem: object, assign: Sequence[int]) -> dict[int, list[int]]:
+def step_usage(problem: Planned, assign: Sequence[int]) -> dict[int, list[int]]:
     """Per device, the bytes beyond the resident ones it holds at each step
     of the order without overlap: live activations and the step's working set."""
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
     arrays = _arrays(problem)
     n = len(problem.liveness.order)
     a = np.asarray(assign, dtype=np.int64)
@@ -149,10 +173,7 @@ class _Arrays:
 _CACHE: dict[int, tuple[object, _Arrays]] = {}
 
 
-def _arrays(problem: object) -> _Arrays:
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
+def _arrays(problem: Planned) -> _Arrays:
     hit = _CACHE.get(id(problem))
     if hit is not None and hit[0] is problem:
         return hit[1]
@@ -176,7 +197,7 @@ def _arrays(problem: object) -> _Arrays:
     return made
 
 
-def peak_memory(problem: object, assign: Sequence[int]) -> dict[int, int]:
+def peak_memory(problem: Planned, assign: Sequence[int]) -> dict[int, int]:
     """Peak bytes per device (every device that holds anything) under the
     memory rule of the module docstring, without prefetching."""
     resident = resident_bytes(problem, assign)
@@ -205,13 +226,10 @@ class Schedule:
     peak_bytes: dict[int, int]
 
 
-def schedule(problem: object, assign: Sequence[int], overlap: bool) -> Schedule:
+def schedule(problem: Planned, assign: Sequence[int], overlap: bool) -> Schedule:
     """The schedule of `assign` (module docstring): with `overlap`, weight
     copies on a copy stream per link, prefetched one streamed reader ahead
     within the budgets; without it, every copy synchronous."""
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
     live = problem.liveness
     n = len(live.order)
     resident = resident_bytes(problem, assign)
@@ -303,7 +321,7 @@ def schedule(problem: object, assign: Sequence[int], overlap: bool) -> Schedule:
     return Schedule(total, kernel, copies, {d: max(0, h) for d, h in hidden.items()}, peak)
 
 
-def overlap_bound(problem: object, sync_bound_ns: int) -> int:
+def overlap_bound(problem: Planned, sync_bound_ns: int) -> int:
     """A lower bound (ns) on the overlapped run time of every plan, from a
     lower bound on the synchronous one: overlap hides at most the copies of
     weights, so the bound less the longest each weight's copies can take,
@@ -311,9 +329,6 @@ def overlap_bound(problem: object, sync_bound_ns: int) -> int:
     weight free to go anywhere can sit with the reader of its longest copy,
     so its hidden copies are at most the others (the plan that moves it there
     costs at least the synchronous bound)."""
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
     live = problem.liveness
     cheapest = problem.fixed_ns + sum(min(problem.unary[c][d] for d in ok) for c, ok in enumerate(problem.allowed))
     k = len(problem.devices)
@@ -332,16 +347,13 @@ def overlap_bound(problem: object, sync_bound_ns: int) -> int:
     return max(cheapest, sync_bound_ns - hidden)
 
 
-def smallest_peak(problem: object, d: int) -> tuple[int, int]:
+def smallest_peak(problem: Planned, d: int) -> tuple[int, int]:
     """(low, high): every plan holds at least `low` bytes at once on device
     `d`, and the plan that keeps every class it can off `d` holds `high`
     (when they are equal, that is the smallest peak possible). The low end:
     the weights of the classes pinned to `d`, and at the step of one of them
     its largest result and every input it reads (a copy, a live value or a
     resident weight: there in any case)."""
-    from .problem import Problem
-
-    assert isinstance(problem, Problem)
     live = problem.liveness
     pinned = [len(ok) == 1 and ok[0] == d for ok in problem.allowed]
     resident = sum(problem.weight_bytes[c] for c, p in enumerate(pinned) if p)

@@ -80,8 +80,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..work import Work
+from .order import topological_order
 from .problem import Problem, Weights, budget_violations, evaluate
-from .search import topological_order
 
 log = logging.getLogger(__name__)
 

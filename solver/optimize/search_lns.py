@@ -20,8 +20,8 @@ import logging
 from collections.abc import Sequence
 
 from ..work import Work
+from .order import topological_order
 from .problem import Edge, Problem, Weights, budget_violations, evaluate
-from .search import topological_order
 from .search_milp import Effort, milp_solve
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import pytest
 
 from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import DeviceProfile
-from solver.optimize.search import topological_order
+from solver.optimize.order import topological_order
 from solver.optimize.search_dp import (
     _build,
     _cases,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from solver.optimize import Problem, Weights, search_dp
-from solver.optimize.search import topological_order
+from solver.optimize.order import topological_order
 from solver.optimize.search_dp import (
     _build,
     _cases,

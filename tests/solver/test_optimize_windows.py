@@ -10,7 +10,8 @@ import random
 import pytest
 
 from solver.optimize import Weights, budget_violations, evaluate
-from solver.optimize.search import device_orders, obvious_plans, one_device_plan, topological_order
+from solver.optimize.order import topological_order
+from solver.optimize.search import device_orders, obvious_plans, one_device_plan
 from solver.optimize.search_lns import improve, restrict
 from solver.optimize.search_milp import Effort, milp_solve
 from solver.work import Work
