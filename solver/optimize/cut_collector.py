@@ -1,17 +1,19 @@
 """The optimize mode's collector: TVM mode's constraints, except that the
 edge between a primitive operator call and each tensor argument is cuttable
-(a `device_copy` when its two ends differ)."""
+(a `device_copy` when its two ends differ). An `on_device` whose result is
+free is a copy point too, unless only operators read it (a pin's wrapper):
+those read its body, so its result is the body's value (`_read_through`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from relay.ast import Call, Expr, Function, Op, on_device_props
-from relay.traverse import not_primitive, post_order
+from relay.traverse import children, not_primitive, post_order
 
-from ..collect import SPECIAL_OPS, Collector, is_optimizable
+from ..collect import SPECIAL_OPS, Collector, RequestPin, is_optimizable
 
 
 def look_through(expr: Expr) -> Expr:
@@ -48,16 +50,33 @@ class CutCollector(Collector):
         self.op_calls: list[Call] = []
         self.cut_edges: list[tuple[Call, Expr]] = []  # (operator call, argument looked through on_device)
         self.primitive_calls: list[Call] = []  # calls of fused functions; their edges stay hard
+        # ids of the free-result annotations only operators read (`_read_through`)
+        self.read_through: set[int] = set()
+
+    def collect(self, pins: Sequence[RequestPin]) -> None:
+        self.read_through = _read_through([f for _, f in self.functions if is_optimizable(f)])
+        super().collect(pins)
 
     def _call(self, call: Call) -> None:
         op = call.op
         if type(op) is Op and op.name == "on_device" and len(call.args) == 1:
-            # A result the annotation leaves free meets its body at a copy
-            # point, in both modes: a cuttable edge.
             super()._call(call)
             props = on_device_props(call)
-            if props is not None and not props.constrain_result:
-                self.cut_edges.append((call, call.args[0]))
+            if props is None or props.constrain_result:
+                return
+            if id(call) in self.read_through:
+                # Every reader is an operator, which reads the body itself (a
+                # cuttable edge to it, `look_through`): the free result is
+                # never read, so it is the body's value, not a class and a
+                # copy point of its own. A pin's wrapper then leaves the
+                # problem as it was without the pin (its classes, edges and
+                # bytes), only the body's allowed devices narrowed.
+                cid = self._tag(self.annotation_kinds.get(id(call), "annotation"), call)
+                self.ds.unify(self.dom(call), self.dom(call.args[0]), cid)
+                return
+            # A result the annotation leaves free meets its body at a copy
+            # point, in both modes: a cuttable edge.
+            self.cut_edges.append((call, call.args[0]))
             return
         if type(op) is Op and op.name not in SPECIAL_OPS:
             cd = self.callee_domain(call)
@@ -94,6 +113,26 @@ class CutCollector(Collector):
     def cuts(self) -> Cuts:
         """This collection's operator calls, cuttable edges and fused calls."""
         return Cuts(self, self.op_calls, self.cut_edges, self.primitive_calls)
+
+
+def _read_through(roots: list[Function]) -> set[int]:
+    """The `on_device` calls with a free result (and one argument) that only
+    operator calls read, as arguments: the operators read through them
+    (`look_through`). One read by anything else (a tuple, a let, a function's
+    result, a call of a function or of another annotation) is left out."""
+    annotations: set[int] = set()
+    other: set[int] = set()
+    for node in post_order(roots, enter=not_primitive):
+        operator = type(node) is Call and type(node.op) is Op and node.op.name not in SPECIAL_OPS
+        for child in children(node):
+            if type(child) is Call and type(child.op) is Op and child.op.name == "on_device":
+                props = on_device_props(child)
+                if props is None or props.constrain_result or len(child.args) != 1:
+                    continue
+                annotations.add(id(child))
+                if not operator:
+                    other.add(id(child))
+    return annotations - other
 
 
 def _first_order(d: Any) -> int | None:

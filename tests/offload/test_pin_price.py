@@ -2,7 +2,8 @@
 placements were chosen by the solver or pinned by the request (types flow
 through a pin's `on_device` wrapper as through any operator). Each operator
 kind of a model, pinned on its own to the device the unpinned plan gave it,
-must leave the plan's predicted time and per-device costs as they were."""
+must leave the plan's predicted time, per-device costs and peak memory as
+they were."""
 
 from __future__ import annotations
 
@@ -53,12 +54,15 @@ def _cost(source: Source, job: PlanJob, pins: tuple[Mapping[str, Any], ...]) -> 
 
 
 def _figures(cost: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The plan's price: time, copies and each device's share (its peak memory aside: see below)."""
-    per_device = {
-        name: {k: v for k, v in figures.items() if k != "peak_memory_bytes"}
-        for name, figures in cost["per_device"].items()
-    }
-    return (cost["predicted_ms"], cost["copies"], cost["bytes_copied"], per_device)
+    """The plan's price: time, copies, each device's share and peak memory
+    (a pin's wrapper holds no buffer of its own, so it leaves the peak too)."""
+    return (
+        cost["predicted_ms"],
+        cost["copies"],
+        cost["bytes_copied"],
+        cost["per_device"],
+        cost["peak_memory_bytes"],
+    )
 
 
 def _check_every_kind(job: PlanJob) -> int:
