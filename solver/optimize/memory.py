@@ -1,6 +1,6 @@
 """Memory by liveness and the copy/compute schedule of a plan.
 
-The planner assumes the classes run in one order, `search.topological_order`
+The planner assumes the classes run in one order, `order.topological_order`
 (each producer right before its first consumer), one class's kernels after
 another's whichever device they are on. Along that order the memory a device
 needs is, at each step, the bytes it holds then:
@@ -140,7 +140,7 @@ def step_usage(problem: Planned, assign: Sequence[int]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for d in np.unique(a).tolist():
         on = a == d
-        diff = np.zeros(n + 2, dtype=np.int64)
+        diff = np.zeros(n + 2, dtype=arrays.value.dtype)
         live = on & arrays.activation
         np.add.at(diff, arrays.pos[live] + 1, arrays.value[live])
         np.add.at(diff, arrays.last[live] + 1, -arrays.value[live])
@@ -151,7 +151,7 @@ def step_usage(problem: Planned, assign: Sequence[int]) -> dict[int, list[int]]:
         np.add.at(diff, arrays.at[into] + 1, -arrays.nbytes[into])
         steps = np.cumsum(diff[:n])
         if steps.any():
-            out[int(d)] = steps.tolist()
+            out[int(d)] = [int(x) for x in steps.tolist()]
     return out
 
 
@@ -171,6 +171,7 @@ class _Arrays:
 
 
 _CACHE: dict[int, tuple[object, _Arrays]] = {}
+_INT64_SUMS = 2**62  # below this, no sum of a problem's byte counts overflows int64
 
 
 def _arrays(problem: Planned) -> _Arrays:
@@ -180,16 +181,21 @@ def _arrays(problem: Planned) -> _Arrays:
     live = problem.liveness
     edges = [(u, v, b * uses) for u, v, b, uses in problem.edges if b]
     pos = np.asarray(live.pos, dtype=np.int64)
+    nbytes = [b for _u, _v, b in edges]
+    # Bytes are exact: int64 while every sum of them fits, Python integers past that
+    # (a caller may declare tensors whose sizes add up beyond 2**63).
+    total = sum(live.value) + sum(problem.largest) + sum(nbytes)
+    kind: type = np.int64 if total < _INT64_SUMS else object
     made = _Arrays(
         pos,
         np.asarray(live.last, dtype=np.int64),
-        np.asarray(live.value, dtype=np.int64),
-        np.asarray(problem.largest, dtype=np.int64),
+        np.asarray(live.value, dtype=kind),
+        np.asarray(problem.largest, dtype=kind),
         ~np.asarray(live.weight, dtype=bool),
         np.asarray([u for u, _v, _b in edges], dtype=np.int64),
         np.asarray([v for _u, v, _b in edges], dtype=np.int64),
         pos[np.asarray([u for u, _v, _b in edges], dtype=np.int64)] if edges else np.zeros(0, dtype=np.int64),
-        np.asarray([b for _u, _v, b in edges], dtype=np.int64),
+        np.asarray(nbytes, dtype=kind),
     )
     if len(_CACHE) > 64:
         _CACHE.clear()
