@@ -29,6 +29,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from service import sandbox
 from service.api.deps import SettingsDep
+from service.api.offloop import OffLoopJSONRoute
 from service.api.routes.jobs import jobs_router
 from service.artifact_store import ArtifactStoreUnavailable
 from service.artifacts import ArtifactStore, cache_key
@@ -68,7 +69,7 @@ from service.problems import (
 )
 from service.sandbox import SandboxConfig
 
-compile_router = APIRouter(tags=["compile"])
+compile_router = APIRouter(tags=["compile"], route_class=OffLoopJSONRoute)  # big bodies decode in a thread
 log = logging.getLogger("devplan.service")
 
 ARTIFACT_ID = re.compile(r"^[0-9a-f]{64}$")

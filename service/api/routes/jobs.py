@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request, Response
 
 from service.api.deps import SettingsDep
+from service.api.offloop import OffLoopJSONRoute
 from service.artifact_store import ArtifactStoreUnavailable
 from service.artifacts import cache_key
 from service.errors import (
@@ -38,7 +39,7 @@ from service.jobs.queue import JobView, QueueUnavailable
 from service.models import CompileRequest
 from service.problems import ProblemError, problem_responses
 
-jobs_router = APIRouter(tags=["jobs"])
+jobs_router = APIRouter(tags=["jobs"], route_class=OffLoopJSONRoute)  # big bodies decode in a thread
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")
