@@ -40,7 +40,7 @@ GENEROUS_MS = 120_000
 
 
 @lru_cache(maxsize=8)
-def _plan(fraction: float, accelerate: bool, timeout_ms: int = GENEROUS_MS) -> PlanOutcome:
+def _plan(fraction: float, accelerate: bool, timeout_ms: int = GENEROUS_MS, overlap: bool = True) -> PlanOutcome:
     entry = _maps()[fraction]
     pins: tuple[dict[str, Any], ...] = ()
     if accelerate:
@@ -58,6 +58,7 @@ def _plan(fraction: float, accelerate: bool, timeout_ms: int = GENEROUS_MS) -> P
         device_profiles={"cuda": {"memory_bytes": int(entry["gpu_budget_bytes"])}},
         constraints=pins,
         timeout_ms=timeout_ms,
+        overlap=overlap,
     )
     return run_plan(job)
 
@@ -117,12 +118,22 @@ def test_quarter_budget_plan_runs_matmuls_on_the_gpu_and_the_gather_on_the_cpu()
 @pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
 def test_our_plan_beats_accelerate_within_one_percent_of_its_bound(fraction: float) -> None:
-    ours = _plan(fraction, accelerate=False, timeout_ms=GENEROUS_MS)
-    theirs = _plan(fraction, accelerate=True, timeout_ms=GENEROUS_MS)
+    # Priced as accelerate runs its map (copies synchronous), our plan is proven within 1%.
+    ours = _plan(fraction, accelerate=False, timeout_ms=GENEROUS_MS, overlap=False)
+    theirs = _plan(fraction, accelerate=True, timeout_ms=GENEROUS_MS, overlap=False)
     assert ours.cost is not None and theirs.cost is not None
     assert ours.cost["predicted_ms"] <= 1.01 * theirs.cost["predicted_ms"]
     assert ours.cost["gap"] is not None and ours.cost["gap"] <= 0.01
-    assert ours.cost["per_device"]["cuda"]["weight_bytes"] <= _maps()[fraction]["gpu_budget_bytes"]
+    budget = _maps()[fraction]["gpu_budget_bytes"]
+    assert ours.cost["per_device"]["cuda"]["weight_bytes"] <= budget
+    assert ours.cost["peak_memory_bytes"]["cuda"] <= budget
+    # With copies overlapping compute (the default) the plan is no slower and still fits; its bound
+    # is valid but looser (docs/optimize.md), so only bound <= plan is held here.
+    overlapped = _plan(fraction, accelerate=False, timeout_ms=GENEROUS_MS)
+    assert overlapped.cost is not None
+    assert overlapped.cost["predicted_ms"] <= ours.cost["predicted_ms"] * 1.0001
+    assert overlapped.cost["bound_ms"] <= overlapped.cost["predicted_ms"]
+    assert overlapped.cost["peak_memory_bytes"]["cuda"] <= budget
 
 
 @needs_corpus
