@@ -53,7 +53,7 @@ class CompileJob:
     cuda_arch: str | None
     run_check: bool
     library: str  # the temporary path the worker writes (the parent removes it on failure)
-    # The sandbox of the run check and the compile's own limits (issue 27); None: from the
+    # The sandbox of the run check and the compile's own limits; None: from the
     # environment's settings, with the layers this process finds.
     sandbox: SandboxConfig | None = None
     # When the caller stops waiting (Unix time, the compile time limit): the run check's wall
@@ -163,7 +163,7 @@ def compile_request(job: CompileJob) -> dict[str, Any]:
 
 
 def _compile_relax(job: CompileJob) -> dict[str, Any]:
-    """`compile_request` for a Relax module (issue 21): planned (always: a planned
+    """`compile_request` for a Relax module: planned (always: a planned
     module re-plans unchanged), the planned IRModule compiled as it is, the run
     check against the module without its devices."""
     import tvm
@@ -457,7 +457,7 @@ def check_failure(failure: sandbox.SandboxFailure) -> PlanFailure:
 
 def died(exitcode: int | None, config: SandboxConfig | None) -> PlanFailure:
     """The failure of a compile process that ended without an answer: a CPU or file-size
-    rlimit it hit (issue 27) is named; any other death is an internal error."""
+    rlimit it hit is named; any other death is an internal error."""
     limits = config.compile_limits if config is not None else None
     if limits is not None and exitcode == -signal.SIGXCPU:
         return PlanFailure.plain(COMPILE_TIMEOUT.slug, f"compiling hit its cpu limit {limits.cpu_s:g} s")
@@ -481,7 +481,7 @@ def worker_main(job: CompileJob, conn: multiprocessing.connection.Connection) ->
     except Exception as exc:
         limits = job.sandbox.compile_limits if job.sandbox is not None else None
         if limits is not None and (isinstance(exc, MemoryError) or "bad_alloc" in str(exc)):
-            # The compile's data segment limit (issue 27): the module's need, not our bug.
+            # The compile's data segment limit: the module's need, not our bug.
             size = sandbox.size_text(limits.memory_bytes)
             died_of = PlanFailure.plain(MODULE_TOO_LARGE.slug, f"compiling hit its memory limit {size}")
         else:
@@ -525,7 +525,7 @@ def _process_main(
 ) -> None:
     """The compile process: the web process's JSON logging through this process's own
     bounded queue (so TVM's minutes of work never wait on a blocked stderr), its rlimits
-    (issue 27: CPU, memory and file size; its wall clock is the caller's), then `target`."""
+    (CPU, memory and file size; its wall clock is the caller's), then `target`."""
     from service.logs import configure
 
     configure(logging.getLevelName(log_level).lower(), log_queue_size)

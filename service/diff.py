@@ -1,4 +1,4 @@
-"""Compare two plans (issue 22): which placements moved, were added or removed,
+"""Compare two plans: which placements moved, were added or removed,
 which copies appeared or went, and how the predicted time changed; plus the
 `--fail-on` rules a CI job gates on and the text/json/markdown/JUnit renderings.
 
@@ -47,7 +47,7 @@ from service.record import copy_ends, placement_label
 from service.units import bytes_text
 
 DIFF_VERSION = 2
-"""2 (issue 29): a copy's `from`/`to` are node ids, as in reports (1 had display strings, now `ends`)."""
+"""Version 2: a copy's `from`/`to` are node ids, as in reports (1 had display strings, now `ends`)."""
 EXIT_RULE_HIT = 6
 """`devplan diff` exits 6 when a --fail-on rule is hit (5 is pytest's "no tests" for .ci/run)."""
 

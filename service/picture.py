@@ -1,4 +1,4 @@
-"""A picture of a placement (issues 13 and 22): the data-flow graph of each
+"""A picture of a placement: the data-flow graph of each
 function as Graphviz DOT, rendered to SVG by `dot`, readable at screen size.
 
 Nodes are the input module's operator calls, calls of functions, `if`/`match`,
@@ -44,7 +44,7 @@ from service.units import bytes_text
 from solver import input_roots, node_ids, wrapper_op
 
 MAX_NODES = 60
-"""Operators shown one by one; above it, single-device runs collapse (issue 22: was 250)."""
+"""Operators shown one by one; above it, single-device runs collapse (was 250)."""
 
 # Graphviz runs under these limits (DEVPLAN_PICTURE_CPU_S, DEVPLAN_PICTURE_MEMORY_BYTES): its layout
 # is superlinear in the long edges a node with many readers makes, and measured, a chain of 3,000
@@ -429,7 +429,7 @@ def _fold(
     edges: list[tuple[str, str, int | None]],
     arg_pos: Mapping[tuple[str, str], int],
 ) -> tuple[dict[str, _Node], list[tuple[str, str, int | None]]]:
-    """Weights and constants folded into their consumer (issue 22): a constant,
+    """Weights and constants folded into their consumer: a constant,
     and a parameter whose one consumer is an operator that takes it after its
     first argument (a weight, bias, scale: `nn.conv2d(%data, %weight)` keeps
     `%data`), leaves the graph and is listed on the consumer instead. Pinned

@@ -1,4 +1,4 @@
-"""The run check's sandbox: a child process that can compute and nothing else (issue 27).
+"""The run check's sandbox: a child process that can compute and nothing else.
 
 A module that a caller sends may carry its own kernels (`T.prim_func` called through
 `R.call_tir`), and a kernel can call any C function (`T.call_extern("int32", "system",

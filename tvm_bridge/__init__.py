@@ -1,9 +1,13 @@
-"""Planned Relay -> TVM Relax with virtual devices -> compiled library.
+"""TVM for Relay and Relax modules: reading and writing Relax, lowering a
+planned Relay module to Relax, compiling for each device's target.
 
-The only package that imports `tvm` (apache-tvm 0.27, Relax only).
-`to_relax` lowers a planned `relay.Module`, `compile` builds it for each
-virtual device's target, `export_library` writes it, `run` executes it on
-the Relax VM with the plan's devices.
+The only package that imports `tvm` (apache-tvm 0.27, Relax only). Relax
+modules are read after the TVMScript and JSON guards (`relax_plan`,
+`tvmscript_guard`, `json_guard`), translated for the planner and written back
+with their placements (`relax_translate`, `relax_write`). `to_relax` lowers a
+planned `relay.Module` to Relax with virtual devices; `compile` builds a
+planned module for each virtual device's target, `export_library` writes it,
+`run` executes it on the Relax VM with the plan's devices.
 """
 
 from .build import (

@@ -877,7 +877,7 @@ class _Translator:
 @functools.cache
 def relax_operators() -> frozenset[str]:
     """The operator names the installed TVM registers for Relax (`relax.*`):
-    what a Relax module may call (issue 28; Relay 0.19's list is for Relay)."""
+    what a Relax module may call (Relay 0.19's list is for Relay)."""
     return frozenset(str(n) for n in tvm.ir.Op.list_op_names() if str(n).startswith("relax."))
 
 
@@ -897,7 +897,7 @@ def _with_type(node: ast.Expr, ty: ast.Type | None) -> ast.Expr:
 def _kept_attrs(func: Any) -> tuple[tuple[str, Any], ...]:
     """The function attributes the planner's views read: `num_input`, how
     many leading parameters are data inputs (the rest are weights; the
-    device-map view of issue 30 groups only weights)."""
+    device-map view groups only weights)."""
     attrs = func.attrs
     if attrs is not None and "num_input" in attrs:
         return (("num_input", int(attrs["num_input"])),)

@@ -11,7 +11,7 @@ longer compiles for it; `DEFAULT_CUDA_ARCH` (environment variable
 `DEVPLAN_CUDA_ARCH`, default `sm_75`) fills in the arch when none is given
 and replaces archs the installed toolkit cannot build for.
 
-Quiet output (issue 29): a user who only plans hears neither of these. The
+Quiet output: a user who only plans hears neither of these. The
 replacement is logged at warning level only for a compile (`for_compile`),
 else at debug; TVM's own "Unable to detect CUDA version" warning, which its
 C++ side writes straight to the process's stderr when it makes a `cuda`

@@ -1,4 +1,4 @@
-"""Optimize mode (issue 11, docs/optimize.md): one job per module.
+"""Optimize mode (docs/optimize.md): one job per module.
 
 - `sizes`: bytes of dtypes, types and expressions; `Estimate`s of guesses;
 - `cost_model`: device and link profiles, kernel and copy times, cost keys

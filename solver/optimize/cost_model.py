@@ -99,7 +99,7 @@ class LinkProfile:
 # default llvm schedules measured kernel by kernel on the 2-core AMD EPYC
 # development box (2026-12-01); the launch is one Relax VM call of a trivial
 # kernel. cuda: fitted to the H200 runs of the bridge's all-GPU builds (dlight
-# default schedules) of issue 17: a convolution at 1.4% of the 20 TFLOP/s base
+# default schedules): a convolution at 1.4% of the 20 TFLOP/s base
 # once it has 55k outputs (proportionally slower below), a depthwise one no
 # slower than on the CPU (the fit's floor); memory-bound classes at the 2 TB/s
 # base. A compute or memory
@@ -112,7 +112,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
         classes=(
             ("conv", ClassRate(0.125, 4.0)),
             ("data movement", ClassRate(4.0, 2.0)),
-            # spilled matmuls: fitted to the Relax record (benchmarks/calibration_relax.json, issue 28)
+            # spilled matmuls: fitted to the Relax record (benchmarks/calibration_relax.json)
             ("dense", ClassRate(0.0682, 0.0573, 0, 4 << 20, 0.00552)),
             ("depthwise conv", ClassRate(0.42, 0.25)),
             ("elementwise", ClassRate(0.273, 2.38)),

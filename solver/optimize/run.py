@@ -1,4 +1,4 @@
-"""The optimize-mode pipeline (issue 11, docs/optimize.md): choose the devices
+"""The optimize-mode pipeline (docs/optimize.md): choose the devices
 that minimise the predicted run time, subject to pins, operator support and
 memory budgets.
 
@@ -72,7 +72,7 @@ class Optimized:
 def entry_function(functions: Sequence[tuple[GlobalVar, Function]]) -> Function | None:
     """The function whose parameters are the weights a budget counts: @main,
     else the only global function (`relax.frontend.nn` names its entry
-    `forward`, issue 30); None when there are several and none is @main."""
+    `forward`); None when there are several and none is @main."""
     main = next((f for gv, f in functions if gv.name == "main"), None)
     if main is None and len(functions) == 1:
         return functions[0][1]

@@ -1,5 +1,5 @@
 """Budgets count the weights of the entry function whatever its name
-(`relax.frontend.nn` calls it `forward`; issue 30)."""
+(`relax.frontend.nn` calls it `forward`)."""
 
 from __future__ import annotations
 

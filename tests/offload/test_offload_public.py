@@ -1,4 +1,4 @@
-"""The public decoder under the budgets of accelerate's maps (issue 30):
+"""The public decoder under the budgets of accelerate's maps:
 accelerate's map as pattern pins puts each module where accelerate does; our
 plan at a quarter of the weights runs decoder matmuls on the GPU and the
 gather on the cpu; and (slow stage, with a time limit generous enough that

@@ -1,4 +1,4 @@
-"""Pins by parameter-name pattern (issue 30) on Relay modules: every matching
+"""Pins by parameter-name pattern on Relay modules: every matching
 parameter and the operators that read it, through layout-only operators."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pattern pins on a Relax module (issue 30): the pin reaches the matmul behind
+"""Pattern pins on a Relax module: the pin reaches the matmul behind
 `permute_dims(weight)`, whether the translation folds the pair into `nn.dense`
 (2-D input) or keeps the transpose (3-D input)."""
 

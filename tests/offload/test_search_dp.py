@@ -1,6 +1,6 @@
 """The offload program (solver/optimize/search_dp.py): its bound is a bound,
 its plans fit, and on a knapsack whose relaxation fills the budget to the byte
-it proves more than the Lagrangian bound (issue 30)."""
+it proves more than the Lagrangian bound."""
 
 from __future__ import annotations
 

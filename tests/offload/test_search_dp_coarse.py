@@ -1,5 +1,5 @@
-"""The offload program's coarse relaxation (solver/optimize/search_dp.py,
-issue 30): the suffix Pareto sets give the least relaxed run time within any
+"""The offload program's coarse relaxation (solver/optimize/search_dp.py):
+the suffix Pareto sets give the least relaxed run time within any
 room, the plan read off them has that run time, the sets prune a finer pass
 without losing its optimum, and with the coarse pass forced on the program's
 bound and plan stay sound."""

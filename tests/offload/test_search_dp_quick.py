@@ -1,4 +1,4 @@
-"""The offload program's quick plan (solver/optimize/search_dp.py, issue 30):
+"""The offload program's quick plan (solver/optimize/search_dp.py):
 where the Lagrangian bound is weak and no plan is near it, a coarse forward
 pass gives a plan that fits, and the pass just below it settles the relaxed
 optimum; the program stays sound with the quick path forced, and on the

@@ -1,4 +1,4 @@
-"""The sandbox tests (issue 27) build and run kernels: they need TVM."""
+"""The sandbox tests build and run kernels: they need TVM."""
 
 from __future__ import annotations
 

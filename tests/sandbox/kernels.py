@@ -1,4 +1,4 @@
-"""Relax modules with their own kernel (issue 27): `k` adds one to 4 floats and is called
+"""Relax modules with their own kernel: `k` adds one to 4 floats and is called
 through `R.call_tir`, optionally after an attack, on one device or on two.
 
 The text is what TVM 0.27 prints for such modules (`T.prim_func` with plain loops, or

@@ -1,4 +1,4 @@
-"""POST /compile with run_check of kernels that attack the server (issue 27): each ends as a
+"""POST /compile with run_check of kernels that attack the server: each ends as a
 422 run-check-failed or a 504 compile-timeout naming the limit, the file `system` would
 make does not exist, /healthz answers and the next compile succeeds. /readyz names the
 layers, and with DEVPLAN_COMPILE_SANDBOX=off says so (the check then runs unconfined).

@@ -1,4 +1,4 @@
-"""POST /jobs/compile with run_check of attacking kernels (issue 27): the queue worker's
+"""POST /jobs/compile with run_check of attacking kernels: the queue worker's
 run check is sandboxed the same way. Each attack's job ends `failed` with the problem
 naming the limit, after one attempt (a stopped child is the caller's failure, never
 retried as if transient); the worker stays up and runs the next job.

@@ -1,4 +1,4 @@
-"""Every corpus model's run check passes in the sandbox with the default limits (issue 27):
+"""Every corpus model's run check passes in the sandbox with the default limits:
 the two-CPU plan (first convolution or dense on cpu:0, the rest on cpu:1) against the
 single-device build, both run in one sandboxed child, as `/compile` runs them. Slow: the
 largest models take minutes of CPU (benchmarks/compile.py --run-check measures them).

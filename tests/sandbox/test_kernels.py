@@ -1,4 +1,4 @@
-"""Relax modules with their own kernels build (issue 27): a `T.prim_func` called through
+"""Relax modules with their own kernels build: a `T.prim_func` called through
 `R.call_tir` compiles for the cpu (it failed with "duplicate global symbol"), on two
 devices (one copy per target, each exporting its own symbol), on a GPU with dlight's
 default schedule, and a kernel dlight cannot schedule is a located 422."""

@@ -1,4 +1,4 @@
-"""Each layer of the run-check sandbox on its own (issue 27), through `run_programs` with
+"""Each layer of the run-check sandbox on its own, through `run_programs` with
 small kernels built here: the seccomp filter (also in TVM's pool threads), the CPU and
 memory rlimits, the wall clock, bubblewrap's read-only file system; and that a clean
 kernel, threaded too, runs under all of them.

@@ -1,4 +1,4 @@
-"""The sandbox's parent side without TVM (issue 27): how a child's end is named, how its
+"""The sandbox's parent side without TVM: how a child's end is named, how its
 answer is read (never trusted), and that a missing libseccomp is reported, not fatal."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The attack corpus of issue 26: TVMScript that would run code in TVM's
+"""The attack corpus of the TVMScript reader: TVMScript that would run code in TVM's
 parser, one or more per rule of the reader (tvm_bridge/tvmscript_guard.py).
 
 Each attack is a whole module; `{marker}` stands for a file path the attack

@@ -1,5 +1,5 @@
 """The attack corpus against the real service (uvicorn on 127.0.0.1 with its
-planning pool) and the CLI: a located 400 / exit 2, and nothing ran (issue 26)."""
+planning pool) and the CLI: a located 400 / exit 2, and nothing ran."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _cli_refuses(attack: Attack, tmp_path: Path) -> None:
     done = _cli(source)
     assert done.returncode == 2, (attack.name, done.stderr)
     line, column = attack.location(marker)
-    # Located in the file the CLI was given (issue 29: the file's name, not `<relax>`).
+    # Located in the file the CLI was given (the file's name, not `<relax>`).
     assert f"{source}:{line}:{column}" in done.stderr, (attack.name, done.stderr)
     assert not marker.exists(), attack.name
 

@@ -1,4 +1,4 @@
-"""TVM JSON checked before TVM loads it (issue 26): the corpus loads as before,
+"""TVM JSON checked before TVM loads it: the corpus loads as before,
 each malformed graph is a ParseError naming the node, and none reaches TVM's loader."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TVM JSON of modules with their own kernels (issue 26 follow-up): TIR's layout axes
+"""TVM JSON of modules with their own kernels: TIR's layout axes
 (`tirx.Axis`) load when TVM registers them, an unknown name is a 400 naming the node
 (TVM's loader would register it for the rest of the process), and nothing TVM saves of
 the modules the tests build is refused."""

@@ -1,4 +1,4 @@
-"""No open service by accident (issue 26): `devplan serve` on an address other
+"""No open service by accident: `devplan serve` on an address other
 than loopback needs DEVPLAN_API_KEYS, or the explicit DEVPLAN_ALLOW_ANONYMOUS=1."""
 
 from __future__ import annotations

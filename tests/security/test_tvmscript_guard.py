@@ -1,6 +1,6 @@
-"""The TVMScript reader (issue 26): every attack refused at its location with
+"""The TVMScript reader: every attack refused at its location with
 nothing run, everything TVM prints read back, the same plans as TVM's own
-parser gives, and the text fixes of issue 28 (float words, long metadata lines)."""
+parser gives, and TVMScript as TVM prints it read back (float words, long metadata lines)."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_table_holds_only_values_of_this_tvm() -> None:
     assert {"R.nn.conv2d", "R.Tensor", "T.Buffer", "T.float32", "R.call_tir", "T.axis.remap"} <= table.CHAINS
 
 
-# -------------------------------------------------- issue 28: text TVM prints
+# -------------------------------------------------- text TVM prints
 
 FLOATS = textwrap.dedent(
     """\

@@ -1,5 +1,5 @@
 """POST /plan/picture (an SVG of the placement) and GET /explore (a static
-page to explore placements: pin nodes, ask why). Issue 13."""
+page to explore placements: pin nodes, ask why)."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ async def readyz(request: Request, pool: PoolDep) -> ReadyResponse:
 
 
 def _sandbox(request: Request) -> ReadySandbox | None:
-    """The sandbox the service found at start (issue 27)."""
+    """The sandbox the service found at start."""
     config: SandboxConfig | None = getattr(request.app.state, "sandbox", None)
     if config is None:
         return None

@@ -63,8 +63,8 @@ async def submit_plan(job: Job, pool: PlanPool, metrics: Metrics, *, count_busy:
     description="Reads the module (Relay text, Relax TVMScript, or TVM JSON of either), decides a virtual "
     "device for every sub-expression, and returns the module with `on_device` / `device_copy` made explicit "
     "(Relax: a vdevice on every tensor and `R.to_vdevice` at each copy). "
-    '`mode: "tvm"` (default) gives exactly TVM <= 0.19 PlanDevices\' answer; `mode: "optimize"` lets Z3 '
-    "choose the devices that minimise the predicted run time under operator support and memory "
+    '`mode: "tvm"` (default) gives exactly TVM <= 0.19 PlanDevices\' answer; `mode: "optimize"` chooses '
+    "the devices that minimise the predicted run time under operator support and memory "
     "budgets, and adds `cost` to the response. Conflicts come back as a 422 problem listing the "
     "conflicting constraints (pins, support rules, budgets) with their source locations.",
     response_model=PlanResponse,
