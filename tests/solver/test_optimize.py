@@ -158,8 +158,8 @@ def _matrix() -> list[Any]:
     out = []
     for model in MODELS:
         for kind in KINDS:
-            # densenet121 is big, and a budget makes Z3 search to its time limit
-            # (3 s): one budget case in the default stage.
+            # densenet121 is big, and a budget makes the search spend its whole work
+            # allowance: one budget case in the default stage.
             slow = model == "densenet121" or (kind == "budget" and model != "resnet18")
             marks = [pytest.mark.slow] if slow else []
             out.append(pytest.param(model, kind, id=f"{model}-{kind}", marks=marks))
@@ -171,7 +171,9 @@ def _matrix() -> list[Any]:
 def test_request_kinds_respect_support_and_budgets(name: str, kind: str) -> None:
     module = _model(name)
     fields, tvm_fields = _request(module, kind)
-    result = _optimize(module, timeout_ms=6_000 if kind == "budget" else 30_000, **fields)
+    # The search stops on counted work, so the limit only guards against a hang: a busy
+    # machine must not turn the answer into a time-out.
+    result = _optimize(module, timeout_ms=120_000, **fields)
     cost = result.cost
     assert cost is not None
     unsupported = set(fields.get("op_support", {}).get("cuda", ()))
