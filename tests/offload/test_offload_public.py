@@ -8,31 +8,18 @@ is within 1% of its bound and no slower than accelerate's. How the default
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.device_map import accelerate_pins, function_params
 from service.planning import PlanFailure, PlanJob, PlanOutcome, run_plan
+from tests.offload.corpus import accelerate_maps as _maps
+from tests.offload.corpus import decoder_text as _text
+from tests.offload.corpus import needs_corpus
 
 pytestmark = pytest.mark.tvm
-
-OFFLOAD = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "relax" / "offload"
-needs_corpus = pytest.mark.skipif(not OFFLOAD.is_dir(), reason="corpus not found (../shared/corpus/relax/offload)")
-
-
-@lru_cache(maxsize=1)
-def _text() -> str:
-    return (OFFLOAD / "llama_h1024_l8.json").read_text()
-
-
-@lru_cache(maxsize=1)
-def _maps() -> dict[float, dict[str, Any]]:
-    data = json.loads((OFFLOAD / "llama_h1024_l8.accelerate.json").read_text())
-    return {float(m["fraction"]): m for m in data["maps"]}
 
 # A generous limit everywhere: the search stops on counted work, so the answer does not depend on it,
 # and a busy machine must not turn a plan into a 504.
