@@ -393,7 +393,7 @@ class PlanRequest(BaseModel):
     overlap: bool = Field(
         True,
         description="Optimize mode: copies of weights run on a copy stream per link beside each device's compute, "
-        "prefetched one streamed reader ahead within the memory budget (the predicted time is that schedule's "
+        "prefetched as far ahead as the memory budget leaves room (the predicted time is that schedule's "
         "length); false prices every copy synchronously, as accelerate executes a device map.",
     )
     accelerate_device_map: dict[Annotated[str, Field(max_length=1024)], AccelerateDevice] | None = Field(

@@ -88,7 +88,7 @@ class PlanConfig:
     # what a symbolic dimension (`?`) counts as in costs and budgets
     assume_dim: int = 1
     # Optimize mode: copies of weights run on a copy stream per link beside
-    # compute, prefetched one streamed reader ahead (docs/optimize.md, memory
+    # compute, prefetched as far ahead as a budget leaves room (docs/optimize.md, memory
     # and overlap); False prices every copy synchronously, as accelerate runs
     # a device map.
     overlap: bool = True

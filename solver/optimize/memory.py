@@ -27,14 +27,20 @@ The schedule (`schedule`): each device has one compute stream; kernels run one
 after another in the order. A copy of an activation is made by its reader,
 synchronously (it is on the critical path). A copy of a weight (a class that
 holds weights and reads nothing: ready before the run) goes on the copy
-stream of its link, first in first out: with `overlap` it is issued when the
-previous kernel reading a streamed weight on the same device starts (one
-streamed reader ahead: double buffering, as FlexGen and DeepSpeed ZeRO
-Inference prefetch the next layer), not before the copy ahead of it on the
-link, and only as early as the budget leaves room for its bytes at every step
-it is held before its reader; the reader waits for it. Without overlap (as
-accelerate executes a device map) every copy is synchronous and the run time
-is the sum of kernel and copy times, `problem.evaluate`'s.
+stream of its link, first in first out, and the reader waits for it. With
+`overlap` it is issued ahead of its reader (prefetched, as FlexGen and
+DeepSpeed ZeRO-Inference prefetch the next layers), never before the copy
+ahead of it on the link is issued:
+
+- into a device with a budget, as early as the budget leaves room for its
+  bytes at every step it is held before its reader (as far ahead as the
+  memory allows);
+- into a device without one, when the previous kernel reading a streamed
+  weight there starts (one streamed reader ahead: double buffering).
+
+Without overlap (as accelerate executes a device map) every copy is
+synchronous and the run time is the sum of kernel and copy times,
+`problem.evaluate`'s.
 """
 
 from __future__ import annotations
@@ -263,32 +269,36 @@ def schedule(problem: Planned, assign: Sequence[int], overlap: bool) -> Schedule
                 streamed.append((k, s, d, nbytes, t))
             else:
                 sync_ns[k] += t
-    extra: dict[int, list[int]] = {}
+    extra: dict[int, np.ndarray] = {}
     issue: list[int] = []
     if overlap:
+        kind = _arrays(problem).value.dtype
         last_issue: dict[tuple[int, int], int] = {}
         # device -> (the step of its latest streamed reader, of the one before)
         readers: dict[int, tuple[int, int]] = {}
+        # per budgeted device: what each step holds beyond the resident weights, prefetches included
+        taken: dict[int, np.ndarray] = {}
         for k, s, d, nbytes, _t in streamed:
-            latest, before = readers.get(d, (-1, 0))
-            if k != latest:
-                readers[d] = latest, before = k, max(latest, 0)
-            earliest = min(k, max(before, last_issue.get((s, d), 0)))
+            held = extra.get(d)
+            if held is None:
+                held = extra[d] = np.zeros(n, dtype=kind)
             budget = problem.budgets.get(d)
-            held = extra.setdefault(d, [0] * n)
             if budget is None:
-                j = earliest
+                latest, before = readers.get(d, (-1, 0))
+                if k != latest:
+                    readers[d] = latest, before = k, max(latest, 0)
+                j = min(k, max(before, last_issue.get((s, d), 0)))
             else:
-                room = budget - resident.get(d, 0)
-                steps = usage.get(d, [0] * n)
+                earliest = min(k, last_issue.get((s, d), 0))
+                now = taken.get(d)
+                if now is None:
+                    now = taken[d] = np.asarray(usage.get(d, [0] * n), dtype=kind)
                 # the earliest issue step from which the copy fits at every step it is held
-                j = k
-                for cand in range(k - 1, earliest - 1, -1):
-                    if steps[cand] + held[cand] + nbytes > room:
-                        break
-                    j = cand
-            for t in range(j, k):
-                held[t] += nbytes
+                room = budget - resident.get(d, 0) - nbytes
+                full = np.flatnonzero(now[earliest:k] > room)
+                j = earliest + int(full[-1]) + 1 if full.size else earliest
+                now[j:k] += nbytes
+            held[j:k] += nbytes
             issue.append(j)
             last_issue[(s, d)] = j
     # Simulate: copies issued at step j enter their link's queue when step j is reached.
@@ -322,8 +332,9 @@ def schedule(problem: Planned, assign: Sequence[int], overlap: bool) -> Schedule
     peak = dict(resident)
     for d in {*usage, *extra}:
         steps = usage.get(d, [0] * n)
-        ahead = extra.get(d, [0] * n)
-        peak[d] = peak.get(d, 0) + max((a + b for a, b in zip(steps, ahead)), default=0)
+        ahead = extra.get(d)
+        most = max(steps, default=0) if ahead is None else max((int(a) + int(b) for a, b in zip(steps, ahead)), default=0)
+        peak[d] = peak.get(d, 0) + most
     return Schedule(total, kernel, copies, {d: max(0, h) for d, h in hidden.items()}, peak)
 
 

@@ -19,7 +19,7 @@ class DeviceCost:
     copy_ms: float = 0.0  # the copies into the device (part of `predicted_ms`)
     kernel_ms: float = 0.0  # its kernels' time: `predicted_ms` less `copy_ms`
     # the part of `copy_ms` that ran beside compute (a copy stream per link, weights
-    # prefetched one streamed reader ahead); 0 without overlap. The plan's
+    # prefetched ahead); 0 without overlap. The plan's
     # `predicted_ms` is the sum over devices of `predicted_ms - overlap_hidden_ms`.
     overlap_hidden_ms: float = 0.0
     # the most bytes the device holds at once: resident weights, live activations,

@@ -34,7 +34,7 @@ from .z3_encoding import Encoding
 log = logging.getLogger(__name__)
 
 
-def _two_devices(problem: Problem) -> tuple[int, int] | None:
+def two_devices(problem: Problem) -> tuple[int, int] | None:
     used = sorted({d for ok in problem.allowed for d in ok})
     if len(used) > 2:
         return None
@@ -127,6 +127,14 @@ def _z3_optimize(
     return dataclasses.replace(best, variables=enc.variables, method="z3 (time-out)")
 
 
+def cut_value(problem: Problem, weights: Weights, pair: tuple[int, int]) -> int:
+    """The objective of the two-device minimum cut over `pair`, the problem's
+    constants included, budgets aside: a lower bound on every plan's
+    objective when the problem allows only those two devices."""
+    value, _ = _cut(problem, weights, pair)
+    return value + problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+
+
 def _relaxation_bound(problem: Problem, weights: Weights) -> int:
     """A lower bound: every class at its cheapest allowed device, no copies."""
     total = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
@@ -148,7 +156,7 @@ def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
             return None
         value = evaluate(problem, weights, first)[0]
         return Solution(first, value, value, "single choice")
-    pair = _two_devices(problem)
+    pair = two_devices(problem)
     start: Solution | None = None
     if pair is not None:
         _, assign = _cut(problem, weights, pair)

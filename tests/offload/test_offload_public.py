@@ -114,13 +114,18 @@ def test_our_plan_beats_accelerate_within_one_percent_of_its_bound(fraction: flo
     budget = _maps()[fraction]["gpu_budget_bytes"]
     assert ours.cost["per_device"]["cuda"]["weight_bytes"] <= budget
     assert ours.cost["peak_memory_bytes"]["cuda"] <= budget
-    # With copies overlapping compute (the default) the plan is no slower and still fits; its bound
-    # is valid but looser (docs/optimize.md), so only bound <= plan is held here.
+    # With copies overlapping compute (the default) the plan is faster and still fits.
     overlapped = _plan(fraction, accelerate=False, timeout_ms=GENEROUS_MS)
     assert overlapped.cost is not None
-    assert overlapped.cost["predicted_ms"] <= ours.cost["predicted_ms"] * 1.0001
+    assert overlapped.cost["predicted_ms"] < ours.cost["predicted_ms"]
     assert overlapped.cost["bound_ms"] <= overlapped.cost["predicted_ms"]
     assert overlapped.cost["peak_memory_bytes"]["cuda"] <= budget
+    assert overlapped.cost["per_device"]["cuda"]["weight_bytes"] <= budget
+    if fraction >= 0.5:
+        # Every copy hides behind compute: within 1% of the kernels' own time (the bound). At a
+        # quarter the output head's copy (a fifth of the weights) leaves too little room beside it,
+        # and the bound, which does not see memory, stays 7% below (docs/optimize.md).
+        assert overlapped.cost["gap"] <= 0.01
 
 
 @needs_corpus

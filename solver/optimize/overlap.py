@@ -1,0 +1,131 @@
+"""Plans and bounds for the overlapped schedule (`memory.schedule` with
+`overlap`, the default): weight copies run on a copy stream per link beside
+compute, prefetched as far ahead as a budget leaves room.
+
+The search (`strategies.solve`) minimises the synchronous price. Under a
+budget that plan is rarely the best overlapped one: it keeps as many weights
+resident as fit, which leaves no room to prefetch the streamed ones, so their
+readers wait for every copy. Streaming a few more weights frees that room,
+and copies that run beside compute cost nothing. `overlap_plan` moves weight
+classes between their devices while the overlapped schedule gets shorter;
+`overlap_lower` bounds every plan's overlapped time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..work import Work
+from .memory import overlap_bound, schedule
+from .problem import Problem, Weights, budget_violations, evaluate
+from .strategies import cut_value, two_devices
+
+
+def overlap_plan(
+    problem: Problem, weights: Weights, start: Sequence[int], work: Work, goal_ns: int = 0
+) -> list[int]:
+    """From `start` (the synchronous search's plan), moves kept when the
+    overlapped schedule gets shorter (on a tie, when the synchronous
+    objective falls) and the budgets still hold, first improvement:
+
+    1. a weight class (it holds weights and reads nothing) to another
+       allowed device, largest weights first;
+    2. when none helps, two weight classes trading devices (one made
+       resident frees no room unless another leaves: budgets make these
+       pairs);
+    3. when none helps, an operator class to another allowed device.
+
+    Until no move improves, the schedule is no longer than `goal_ns` (a
+    bound with the search's gap goal), or `work` is spent (each schedule
+    counts the classes and edges it walks). Only problems with a budget:
+    without one, a weight already sits with its readers or streams for a
+    reason the synchronous price saw."""
+    plan = list(start)
+    if not problem.budgets:
+        return plan
+    live = problem.liveness
+    movable = sorted(
+        (c for c, ok in enumerate(problem.allowed) if live.weight[c] and len(ok) > 1 and problem.weight_bytes[c]),
+        key=lambda c: (-problem.weight_bytes[c], c),
+    )
+    operators = [c for c, ok in enumerate(problem.allowed) if not live.weight[c] and len(ok) > 1]
+    cost = len(problem.allowed) + len(problem.edges)
+    best = [schedule(problem, plan, True).total_ns, -1]  # (ns, objective once a tie needs it)
+
+    def objective() -> int:
+        return evaluate(problem, weights, plan)[0]
+
+    def attempt(moves: Sequence[tuple[int, int]]) -> bool | None:
+        """Try `moves` (class, device); keep them when better. None once the work is spent."""
+        if not work.spend(cost, "overlap moves"):
+            return None
+        old = [(c, plan[c]) for c, _ in moves]
+        if best[1] < 0:
+            best[1] = objective()
+        for c, d in moves:
+            plan[c] = d
+        if not any(d in problem.budgets for _, d in moves) or not budget_violations(problem, plan):
+            ns = schedule(problem, plan, True).total_ns
+            if ns < best[0] or (ns == best[0] and objective() < best[1]):
+                best[0], best[1] = ns, objective()
+                return True
+        for c, d in old:
+            plan[c] = d
+        return False
+
+    def singles(classes: Sequence[int]) -> bool | None:
+        for c in classes:
+            for d in problem.allowed[c]:
+                if d != plan[c]:
+                    found = attempt([(c, d)])
+                    if found is None or (found and best[0] <= goal_ns):
+                        return None
+                    if found:
+                        return True
+        return False
+
+    def swaps() -> bool | None:
+        for a in movable:
+            for b in movable:
+                da, db = plan[a], plan[b]
+                if a < b and da != db and db in problem.allowed[a] and da in problem.allowed[b]:
+                    found = attempt([(a, db), (b, da)])
+                    if found is None or (found and best[0] <= goal_ns):
+                        return None
+                    if found:
+                        return True
+        return False
+
+    while best[0] > goal_ns:
+        step = singles(movable)
+        if step is False:
+            step = swaps()
+        if step is False:
+            step = singles(operators)
+        if not step:
+            break
+    return plan
+
+
+def overlap_lower(problem: Problem, weights: Weights, sync_lower_ns: int) -> int:
+    """A lower bound (ns) on every plan's overlapped run time: the best of
+    `memory.overlap_bound` (the synchronous bound less every weight copy
+    overlap could hide) and, on two devices, the least time of kernels and
+    synchronous copies alone. Overlap hides only weight copies, so each plan
+    runs at least its kernels and the copies of everything else, one after
+    another; the minimum cut of the problem without the weight copies (and
+    without budgets) is the least such time over all plans. Edges are priced
+    as the schedule prices them: all uses of a value as one copy, an empty
+    value as none."""
+    bound = overlap_bound(problem, sync_lower_ns)
+    pair = two_devices(problem)
+    if pair is None or pair[0] == pair[1]:
+        return bound  # one device: no copies, and the bound is every kernel's time
+    live = problem.liveness
+    relaxed = dataclasses.replace(
+        problem,
+        edges=[(u, v, b * uses, 1) for u, v, b, uses in problem.edges if b and not live.weight[v]],
+        budgets={},
+    )
+    return max(bound, cut_value(relaxed, weights, pair) // weights.per_ns)
