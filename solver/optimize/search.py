@@ -546,8 +546,8 @@ def coarsen(problem: Problem, size: int) -> tuple[Problem, list[int]]:
 def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: Work) -> list[int]:
     """Single-class moves (then moves of both ends of an edge) that keep
     support and budgets and lower the objective, first improvement, until none
-    is left or `work` is spent (a unit per class or edge tried, the classes
-    and edges for each budget check): the
+    is left or `work` is spent (a unit per class or edge tried and per edge
+    its price walks, the classes and edges for each budget check): the
     cheap polish expansion cannot do under tight budgets (an expansion move
     that overfills a device is dropped whole, while moving one class may fit).
     The change of the objective is computed from the class's own kernels and
@@ -586,7 +586,8 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: 
         for c, ok in enumerate(problem.allowed):
             if len(ok) == 1:
                 continue
-            if not work.spend(1, "local moves"):
+            # Pricing the class walks its edges once per device and once where it is.
+            if not work.spend(1 + (len(ok) + 1) * len(incident[c]), "local moves"):
                 return assign
             here = assign[c]
             base = local(c, here)
@@ -603,9 +604,11 @@ def local_moves(problem: Problem, weights: Weights, start: Sequence[int], work: 
             continue
         # No single move left: moves of both ends of an edge (a copy removed).
         for u, v, _b, _uses in problem.edges:
-            if not work.spend(1, "local moves"):
+            shared = set(problem.allowed[u]) & set(problem.allowed[v])
+            # Each pair move prices both ends twice.
+            if not work.spend(1 + 2 * len(shared) * (len(incident[u]) + len(incident[v])), "local moves"):
                 return assign
-            for d in set(problem.allowed[u]) & set(problem.allowed[v]):
+            for d in shared:
                 if (assign[u] != d or assign[v] != d) and pair_move(u, v, d):
                     improved = True
                     break

@@ -31,8 +31,15 @@ log = logging.getLogger(__name__)
 FIRST_WINDOW = 160
 MIN_WINDOW = 40
 WINDOW_EFFORT = Effort(nodes=200, checks=20_000, stall_nodes=60, columns=8_000)
-# What a window costs besides its nodes (building and starting its MILP), in nodes.
+# What a window costs besides its nodes (building its MILP and HiGHS's root
+# LP), in nodes: WINDOW_COST, or a node per WINDOW_NONZEROS nonzeros of its
+# MILP when that is more. The root's work grows with the model (a window of
+# a 10,000-operator DAG has up to 100,000 nonzeros, a corpus model's at
+# most about 25,000), which its checks and nodes do not count finely; a
+# window whose MILP would cost more than the allowance has left is not
+# solved (`Effort.nonzeros`) but retried smaller.
 WINDOW_COST = 150
+WINDOW_NONZEROS = 100
 
 
 def restrict(problem: Problem, assign: Sequence[int], free: Sequence[int]) -> Problem:
@@ -103,7 +110,8 @@ def improve(
     hard a window is depends on how tight the budgets are there, not on its
     size alone). The search stops once every class has been in a window
     proven optimal (or tried at the smallest size) since the last
-    improvement, when `work` (HiGHS nodes, WINDOW_COST more per window) is spent, or once the objective is at most `goal`.
+    improvement, when `work` (HiGHS nodes, and per window WINDOW_COST or
+    more by its size) is spent, or once the objective is at most `goal`.
     Problems of at most two first windows are left to the full MILP.
     """
     best = list(start)
@@ -123,8 +131,9 @@ def improve(
         free = order[lo:hi]
         sub = restrict(problem, best, free)
         start_sub = [best[c] for c in free] + list(range(k))
-        found = milp_solve(sub, Weights.of(sub), start_sub, WINDOW_EFFORT, work, ties=False)
-        solved += 1
+        effort = dataclasses.replace(WINDOW_EFFORT, nonzeros=work.left() * WINDOW_NONZEROS)
+        found = milp_solve(sub, Weights.of(sub), start_sub, effort, work, ties=False)
+        solved += 0 if found.status.startswith("skipped") else 1
         log.debug("window [%d, %d) of %d: %s in %d nodes", lo, hi, n, found.status, found.nodes)
         if found.assign is not None:
             trial = list(best)
@@ -135,7 +144,7 @@ def improve(
                 best, best_value = trial, value
                 settled = [False] * n
                 log.debug("window [%d, %d): better plan %d", lo, hi, value)
-        work.spend(WINDOW_COST, "windows")
+        work.spend(max(WINDOW_COST, found.nonzeros // WINDOW_NONZEROS), "windows")
         if not found.ns_proven:
             if size > MIN_WINDOW:
                 size = max(MIN_WINDOW, size * 2 // 3)

@@ -75,6 +75,8 @@ class MilpResult:
     infeasible: bool
     status: str
     nodes: int = 0
+    # The size of the model HiGHS was given (0 when it was given none).
+    nonzeros: int = 0
 
 
 class _Model:
@@ -280,11 +282,16 @@ class Effort:
     # can run for many seconds between two checks (densenet121 with two 9 MB
     # GPUs, 11555 columns: 8 to 36 s without one), which no count can bound.
     columns: int = 1 << 40
+    # The largest model (nonzeros of its rows) HiGHS is given: its root LP's
+    # work grows with them, before its first check.
+    nonzeros: int = 1 << 40
 
     def scaled(self, share: float) -> Effort:
         """This effort times `share` (at least one node and one check)."""
         stall = None if self.stall_nodes is None else max(1, int(self.stall_nodes * share))
-        return Effort(max(1, int(self.nodes * share)), max(1, int(self.checks * share)), stall, self.columns)
+        return dataclasses.replace(
+            self, nodes=max(1, int(self.nodes * share)), checks=max(1, int(self.checks * share)), stall_nodes=stall
+        )
 
 
 @dataclass(frozen=True)
@@ -452,6 +459,18 @@ def _run(
     return result
 
 
+def milp_columns(problem: Problem) -> int:
+    """The columns of the problem's MILP (`_Model`), counted without building
+    it: a binary per class and allowed device, a copy variable per edge and
+    pair of its ends' devices, and the resident weights of each budget."""
+    allowed = problem.allowed
+    return (
+        sum(len(ok) for ok in allowed)
+        + sum(len(allowed[u]) * len(allowed[v]) for u, v, _b, _uses in problem.edges)
+        + len(problem.budgets)
+    )
+
+
 def milp_solve(
     problem: Problem,
     weights: Weights,
@@ -463,24 +482,32 @@ def milp_solve(
     """Solve the problem's MILP with `effort` (stage 1, then with `ties`
     stage 2 with at most 0.3 of it), warm-started by `start` when given;
     the nodes both stages explored count against `work`."""
+    size = milp_columns(problem)
+    if size > effort.columns:
+        # Decided before the model is built: building it walks every step of
+        # the memory rule, which on a large problem outlasts the search
+        # (a 10,000-operator DAG with two 1 MB GPUs: 145,000 columns, 20 s).
+        log.info("HiGHS skipped: %d columns, more than %d", size, effort.columns)
+        return MilpResult(None, problem.fixed_ns, False, False, False, "skipped: too large")
     groups = identical_devices(problem)
     model = _Model(problem, weights, groups)
-    effort = dataclasses.replace(effort, nodes=max(1, min(effort.nodes, work.left())))
-    if len(model.cost) > effort.columns:
-        log.info("HiGHS skipped: %d columns, more than %d", len(model.cost), effort.columns)
+    nonzeros = len(model.row_index)
+    if nonzeros > effort.nonzeros:
+        log.info("HiGHS skipped: %d nonzeros, more than %d", nonzeros, effort.nonzeros)
         return MilpResult(None, problem.fixed_ns, False, False, False, "skipped: too large")
+    effort = dataclasses.replace(effort, nodes=max(1, min(effort.nodes, work.left())))
     first = _run(model, model.cost, effort, work, start)
     work.spend(first.nodes + 1, "highs")
     text = first.status
     if first.infeasible:
-        return MilpResult(None, 0, False, False, True, text, first.nodes)
+        return MilpResult(None, 0, False, False, True, text, first.nodes, nonzeros)
     bound = _bound(first.dual, problem.fixed_ns)
     assign = first.assign
     if assign is not None and not feasible_plan(problem, assign):
         log.info("HiGHS plan violates the problem at integer precision; dropped")
         assign = None
     if assign is None:
-        return MilpResult(None, bound, False, False, False, text, first.nodes)
+        return MilpResult(None, bound, False, False, False, text, first.nodes, nonzeros)
     assign = relabel(problem, weights, assign, groups)
     ns = evaluate(problem, weights, assign)[1]
     bound = min(bound, ns)
@@ -488,8 +515,9 @@ def milp_solve(
     proven = False
     nodes = first.nodes
     log.info(
-        "HiGHS stage 1: %s in %d nodes, %d checks, %d iterations (%d columns), run time %d ns, bound %d ns",
-        text, first.nodes, first.checks, first.iterations, len(model.cost), ns, bound,
+        "HiGHS stage 1: %s in %d nodes, %d checks, %d iterations (%d columns, %d rows, %d nonzeros), "
+        "run time %d ns, bound %d ns",
+        text, first.nodes, first.checks, first.iterations, len(model.cost), len(model.row_lo), nonzeros, ns, bound,
     )
     if ties and ns_proven and not work.cut_short:
         # Stage 2: the tie-breaks among plans of run time <= ns, with at most
@@ -514,4 +542,4 @@ def milp_solve(
             "HiGHS stage 2: %s in %d nodes, %d checks, %d iterations",
             text, second_run.nodes, second_run.checks, second_run.iterations,
         )
-    return MilpResult(assign, bound, ns_proven, proven, False, text, nodes)
+    return MilpResult(assign, bound, ns_proven, proven, False, text, nodes, nonzeros)

@@ -262,16 +262,18 @@ def _streaming_on_one(problem: Problem, weights: Weights) -> list[int] | None:
 OFFLOAD_POINTS = 20_000_000
 OFFLOAD_GOAL_PPM = 8000
 # The obvious plans and the expansion: classes priced (segments) plus
-# classes and edges cut (each expansion move).
-SEARCH_UNITS = 4_000_000
+# classes and edges cut (each expansion move). A unit is a cut's share of a
+# class or edge: on 10,000 classes about 100,000 of them a second.
+SEARCH_UNITS = 600_000
 # The full MILP: HiGHS's nodes and checks (`search_milp.Effort`), and the nodes it may
 # go without improving its bound or plan (past its root it rarely moves the
 # bound of a budget problem).
 MILP_EFFORT = Effort(nodes=600, checks=100_000, stall_nodes=150, columns=8_000)
 # The windows (`search_lns`): HiGHS nodes over all windows (and WINDOW_COST a window).
 WINDOW_NODES = 1_500
-# The polish: classes and edges tried by single-class moves, and walked by their budget checks.
-POLISH_UNITS = 100_000
+# The polish: classes and edges tried by single-class moves, the edges each
+# move's price walks, and the classes and edges its budget checks walk.
+POLISH_UNITS = 250_000
 # Z3 Optimize (only when no other step finds a plan): Z3's resource count.
 Z3_RLIMIT = 50_000_000
 # The windows stop once the plan is within this much (parts per million) of
