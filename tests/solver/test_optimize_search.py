@@ -8,6 +8,7 @@ assignments, priced with the project's own `evaluate`/`budget_violations`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Sequence
@@ -300,3 +301,58 @@ def test_local_moves_keep_budgets_and_never_worsen() -> None:
                 trial[c] = d
                 if not budget_violations(problem, trial):
                     assert evaluate(problem, weights, trial)[0] >= evaluate(problem, weights, plan)[0]
+
+
+def test_local_moves_count_the_edges_their_prices_walk() -> None:
+    # A hub: class 0 feeds every other class, so pricing it walks every edge.
+    # The polish counts those walks, not one unit per class or edge tried, so
+    # a large class's moves cost as much as they take.
+    from solver.optimize.search import local_moves
+
+    base = random_problem(310, 3, 60, budgets=False, pins=False)
+    hub_edges = [(u, 0, 1 << 16, 1) for u in range(2, 60)]
+    problem = dataclasses.replace(base, edges=[*base.edges, *hub_edges])
+    weights = Weights.of(problem)
+    start = [1] * 60
+    start[0] = 0  # the hub where it costs most: moving it pays
+    polished = local_moves(problem, weights, start, Work(10**12))
+    assert evaluate(problem, weights, polished)[0] < evaluate(problem, weights, start)[0]
+    # From the polished plan no move improves, so one pass over the classes and
+    # one over the edges is all the polish does; twice a unit per class and
+    # edge tried does not pay for the walks of that pass.
+    tried = len(problem.allowed) + len(problem.edges)
+    short = Work(2 * tried)
+    assert local_moves(problem, weights, polished, short) == polished
+    assert short.left() == 0
+    enough = Work(10**12)
+    assert local_moves(problem, weights, polished, enough) == polished
+    assert enough.spent > 2 * tried
+
+
+def test_highs_is_not_given_a_milp_over_its_column_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from solver.optimize import search_milp
+    from solver.optimize.search_milp import milp_columns
+
+    for seed in range(4):
+        problem = random_problem(320 + seed, 3, 12, budgets=seed % 2 == 0)
+        weights = Weights.of(problem)
+        columns = milp_columns(problem)
+        # The limit is exact: a model of `columns` is solved, one column less is not.
+        fits = milp_solve(problem, weights, None, Effort(50, columns=columns), Work(10**6))
+        assert not fits.status.startswith("skipped") and fits.nonzeros > 0
+        skipped = milp_solve(problem, weights, None, Effort(50, columns=columns - 1), Work(10**6))
+        assert skipped.status == "skipped: too large" and skipped.assign is None
+        assert skipped.nonzeros == 0
+        # A model over a nonzero limit is built (to count them) but not solved.
+        few = milp_solve(problem, weights, None, Effort(50, nonzeros=fits.nonzeros - 1), Work(10**6))
+        assert few.status == "skipped: too large" and few.assign is None
+
+    # Over the column limit the model is not even built: on a large problem
+    # building it walks every step of the memory rule.
+    def never(*_args: object) -> None:
+        raise AssertionError("the MILP was built")
+
+    monkeypatch.setattr(search_milp, "_Model", never)
+    problem = random_problem(330, 3, 40, budgets=True)
+    limit = Effort(50, columns=milp_columns(problem) - 1)
+    assert milp_solve(problem, Weights.of(problem), None, limit, Work(10**6)).status == "skipped: too large"

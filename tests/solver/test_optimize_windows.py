@@ -174,3 +174,27 @@ def test_a_stalled_highs_run_still_gives_a_valid_bound_and_plan(seed: int) -> No
     if found.assign is not None:
         assert not budget_violations(problem, found.assign)
         assert all(found.assign[c] in ok for c, ok in enumerate(problem.allowed))
+
+
+def test_a_window_costs_its_milps_size() -> None:
+    # A window is charged by its MILP's nonzeros (HiGHS's root work grows with
+    # them), and one the allowance left cannot pay for is not solved.
+    from solver.optimize.search_lns import FIRST_WINDOW, WINDOW_COST, WINDOW_NONZEROS
+
+    problem = _long_problem(5)
+    weights = Weights.of(problem)
+    start = one_device_plan(problem, 0)
+    assert start is not None and not budget_violations(problem, start)
+    order = [c for c in topological_order(problem) if len(problem.allowed[c]) > 1]
+    first = order[:FIRST_WINDOW]
+    sub = restrict(problem, start, first)
+    alone = milp_solve(sub, Weights.of(sub), None, Effort(1), Work(10**6), ties=False)
+    assert alone.nonzeros > WINDOW_COST * WINDOW_NONZEROS  # costs more than the least a window costs
+    # An allowance short of the first window's size: nothing is solved.
+    short = Work(alone.nonzeros // WINDOW_NONZEROS - 1)
+    assert improve(problem, weights, start, short) == (start, 0)
+    # One that covers it: the window is solved and charged its size.
+    enough = Work(alone.nonzeros // WINDOW_NONZEROS + 1)
+    _plan, solved = improve(problem, weights, start, enough)
+    assert solved == 1
+    assert enough.spent >= alone.nonzeros // WINDOW_NONZEROS
