@@ -26,7 +26,9 @@ Per model and GPU budget (a share of the weights):
 
 Columns: predicted ms, the GPU's peak memory (MiB) and for ours the planning
 seconds (the whole request, reading and writing included, TVM imported
-beforehand), the bound's gap and the method.
+beforehand), the planner's memory (the peak resident memory of a process
+that plans only that request, forked with TVM imported: interpreter, TVM
+and the module included), the bound's gap and the method.
 
     .venv/bin/python benchmarks/offload.py                     # every model
     .venv/bin/python benchmarks/offload.py --models public 7b-32
@@ -89,6 +91,30 @@ def price(text: str, budget: int | None, **fields: Any) -> tuple[Priced, Any]:
     cost = outcome.cost or {}
     peak = (cost.get("peak_memory_bytes") or {}).get("cuda", 0)
     return Priced(cost.get("predicted_ms"), peak, seconds, cost.get("gap"), str(cost.get("method", ""))), outcome
+
+
+def _child(conn: Any, text: str, budget: int | None, fields: dict[str, Any]) -> None:
+    import resource
+
+    priced, _ = price(text, budget, **fields)
+    conn.send((priced, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+    conn.close()
+
+
+def price_apart(text: str, budget: int | None, **fields: Any) -> tuple[Priced, int]:
+    """`price` in a process of its own (forked, TVM already imported), with
+    that process's peak resident memory in bytes: the planner's memory, the
+    interpreter, TVM and the module's text included."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    here, there = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(there, text, budget, fields))
+    child.start()
+    there.close()
+    priced, rss = here.recv()
+    child.join()
+    return priced, int(rss)
 
 
 def accelerate_price(text: str, budget: int, device_map: Mapping[str, Any]) -> Priced:
@@ -246,7 +272,7 @@ def model_rows(name: str, text: str, maps: Mapping[float, Mapping[str, Any]] | N
     for fraction in FRACTIONS:
         budget = int(weights * fraction)
         amap = dict(maps[fraction]) if maps is not None else auto_map(lay, budget)
-        ours, _ = price(text, budget)
+        ours, rss = price_apart(text, budget)
         sync, _ = price(text, budget, overlap=False)
         acc = accelerate_price(text, budget, amap)
         cpu = best_ngl(text, lay, budget, offload=False)
@@ -256,17 +282,18 @@ def model_rows(name: str, text: str, maps: Mapping[float, Mapping[str, Any]] | N
             _ms(ours), _ms(sync), _ms(acc) + (f" ({acc.label})" if acc.label else ""),
             f"{_ms(cpu)} ({cpu.label})" if cpu.label else _ms(cpu),
             f"{_ms(off)} ({off.label})" if off.label else _ms(off),
-            _mib(ours), f"{ours.seconds:.1f} / {sync.seconds:.1f}",
+            _mib(ours), f"{ours.seconds:.1f} / {sync.seconds:.1f}", f"{rss / MIB:,.0f}",
             "-" if ours.gap is None else f"{ours.gap * 100:.2f}%",
             "-" if sync.gap is None else f"{sync.gap * 100:.2f}%",
-            ours.failure or sync.failure or sync.method,
+            ours.failure or ours.method,
         ])
         print("| " + " | ".join(rows[-1]) + " |", flush=True)
     return rows
 
 
 HEAD = ["model", "budget", "ours ms", "ours, no overlap ms", "accelerate ms", "-ngl N, cpu ms",
-        "-ngl N, offload ms", "ours peak MiB", "plan s (ours / no overlap)", "gap", "gap, no overlap", "method"]
+        "-ngl N, offload ms", "ours peak MiB", "plan s (ours / no overlap)", "planner MiB", "gap", "gap, no overlap",
+        "method"]
 
 
 def public_model() -> tuple[str, str, dict[float, Any], int]:
