@@ -22,6 +22,10 @@ from .problem import Problem, Weights, budget_violations, evaluate
 from .strategies import cut_value, two_devices
 
 
+# What a schedule counts at least (`overlap_plan`): below this size its fixed costs dominate.
+SCHEDULE_UNITS = 2_000
+
+
 def overlap_plan(
     problem: Problem, weights: Weights, start: Sequence[int], work: Work, goal_ns: int = 0
 ) -> list[int]:
@@ -38,7 +42,7 @@ def overlap_plan(
 
     Until no move improves, the schedule is no longer than `goal_ns` (a
     bound with the search's gap goal), or `work` is spent (each schedule
-    counts the classes and edges it walks). Only problems with a budget:
+    counts the classes and edges it walks, at least SCHEDULE_UNITS). Only problems with a budget:
     without one, a weight already sits with its readers or streams for a
     reason the synchronous price saw."""
     plan = list(start)
@@ -50,7 +54,7 @@ def overlap_plan(
         key=lambda c: (-problem.weight_bytes[c], c),
     )
     operators = [c for c, ok in enumerate(problem.allowed) if not live.weight[c] and len(ok) > 1]
-    cost = len(problem.allowed) + len(problem.edges)
+    cost = max(SCHEDULE_UNITS, len(problem.allowed) + len(problem.edges))
     best = [schedule(problem, plan, True).total_ns, -1]  # (ns, objective once a tie needs it)
 
     def objective() -> int:
