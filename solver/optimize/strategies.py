@@ -262,9 +262,10 @@ def _streaming_on_one(problem: Problem, weights: Weights) -> list[int] | None:
 OFFLOAD_POINTS = 20_000_000
 OFFLOAD_GOAL_PPM = 8000
 # The obvious plans and the expansion: classes priced (segments) plus
-# classes and edges cut (each expansion move). A unit is a cut's share of a
-# class or edge: on 10,000 classes about 100,000 of them a second.
-SEARCH_UNITS = 600_000
+# classes and edges cut (each expansion move), so a larger problem gets fewer
+# moves: a 10,000-operator DAG's move cuts 22,500 classes and edges, about
+# 100,000 units a second on 2 cores; the corpus models use at most 160,000.
+SEARCH_UNITS = 300_000
 # The full MILP: HiGHS's nodes and checks (`search_milp.Effort`), and the nodes it may
 # go without improving its bound or plan (past its root it rarely moves the
 # bound of a budget problem).
