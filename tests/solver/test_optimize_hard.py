@@ -229,7 +229,10 @@ def test_model_cases_beat_the_obvious_plans(label: str) -> None:
     bench = _bench()
     _, model, fields = next(c for c in bench.MODEL_CASES if c[0] == label)
     module = relay.parse_text((CORPUS / f"{model}.relay").read_text())
-    opt = optimize(module, solver.PlanConfig(mode="optimize", timeout_ms=10_000, **fields))
+    # The search stops on counted work, so the limit only guards against a hang: a busy
+    # machine must not turn the answer into a time-out (benchmarks/optimize.py --hard
+    # times these cases against the default limit).
+    opt = optimize(module, solver.PlanConfig(mode="optimize", timeout_ms=120_000, **fields))
     problem, weights, assign = opt.problem, opt.weights, opt.solution.assign
     assert all(assign[c] in ok for c, ok in enumerate(problem.allowed))
     assert not budget_violations(problem, assign)
