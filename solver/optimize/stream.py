@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 from .memory import step_usage
 from .problem import Problem, Weights, budget_violations
 
@@ -75,11 +77,48 @@ def stream_plan(problem: Problem, weights: Weights, g: int, c: int, start: Seque
             if saved > 0:
                 gains.append((saved / problem.weight_bytes[x], problem.weight_bytes[x], x))
     gains.sort(key=lambda t: (-t[0], -t[1], t[2]))
-    for _ratio, _nbytes, x in gains:
+    fast = _make_resident(problem, plan, g, [x for _r, _b, x in gains], readers)
+    if fast is not None:
+        return fast
+    for _ratio, _nbytes, x in gains:  # the memory rule checked whole, plan by plan
         plan[x] = g
         if budget_violations(problem, plan):
             plan[x] = c
     return plan
+
+
+def _make_resident(
+    problem: Problem,
+    plan: list[int],
+    g: int,
+    order: Sequence[int],
+    readers: dict[int, list[tuple[int, int, int]]],
+) -> list[int] | None:
+    """Step 3 with the peak on `g` kept up to date: a weight class made
+    resident adds its bytes to every step, its own step's largest result,
+    and takes away the copies into `g` its readers there made (no other
+    device's memory changes: a reader elsewhere copies the same bytes in
+    from `g` instead). None when the result does not fit after all (the
+    caller then checks each move whole)."""
+    live = problem.liveness
+    n = len(live.order)
+    budget = problem.budgets[g]
+    usage = step_usage(problem, plan).get(g, [0] * n)
+    kind: type = np.int64 if max(usage, default=0) + budget < 2**62 else object
+    steps: np.ndarray = np.asarray(usage, dtype=kind)
+    out = list(plan)
+    resident = sum(problem.weight_bytes[x] for x, d in enumerate(out) if d == g)
+    for x in order:
+        trial = steps.copy()
+        for u, b, uses in readers.get(x, ()):
+            if out[u] == g and b:
+                trial[live.pos[u]] -= b * uses
+        trial[live.pos[x]] += problem.largest[x]
+        if resident + problem.weight_bytes[x] + (int(trial.max()) if n else 0) <= budget:
+            out[x] = g
+            steps = trial
+            resident += problem.weight_bytes[x]
+    return None if budget_violations(problem, out) else out
 
 
 def resident_weights(problem: Problem, plan: Sequence[int], g: int) -> int:
