@@ -21,7 +21,6 @@ from .memory import overlap_bound, schedule
 from .problem import Problem, Weights, budget_violations, evaluate
 from .strategies import cut_value, two_devices
 
-
 # What a schedule counts at least (`overlap_plan`): below this size its fixed costs dominate.
 SCHEDULE_UNITS = 2_000
 
@@ -34,7 +33,8 @@ def overlap_plan(
     objective falls) and the budgets still hold, first improvement:
 
     1. a weight class (it holds weights and reads nothing) to another
-       allowed device, largest weights first;
+       allowed device: those resident on a budgeted device first (moving
+       one frees room to prefetch the others), largest first;
     2. when none helps, two weight classes trading devices (one made
        resident frees no room unless another leaves: budgets make these
        pairs);
@@ -49,9 +49,11 @@ def overlap_plan(
     if not problem.budgets:
         return plan
     live = problem.liveness
+    # Weights resident on a budgeted device first (moving one frees room for prefetching), then
+    # the rest; largest first within each.
     movable = sorted(
         (c for c, ok in enumerate(problem.allowed) if live.weight[c] and len(ok) > 1 and problem.weight_bytes[c]),
-        key=lambda c: (-problem.weight_bytes[c], c),
+        key=lambda c: (plan[c] not in problem.budgets, -problem.weight_bytes[c], c),
     )
     operators = [c for c, ok in enumerate(problem.allowed) if not live.weight[c] and len(ok) > 1]
     cost = max(SCHEDULE_UNITS, len(problem.allowed) + len(problem.edges))

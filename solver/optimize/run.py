@@ -149,7 +149,17 @@ def optimize(
         raise conflict
     weights = Weights.of(problem)
     work = search_work(config, deadline)
-    solution = solve(problem, weights, work)
+    enough = None
+    if config.overlap and problem.budgets:
+        # A plan within the gap goal of the overlapped bound needs no more search.
+        cut_ns = overlap_lower(problem, weights, 0)
+        cut_goal = cut_ns + cut_ns * GAP_GOAL_PPM // 1_000_000
+
+        def enough(assign: list[int]) -> list[int] | None:
+            moved = overlap_plan(problem, weights, assign, work.part(OVERLAP_UNITS), cut_goal)
+            return moved if schedule(problem, moved, True).total_ns <= cut_goal else None
+
+    solution = solve(problem, weights, work, enough)
     if solution is None:
         raise budget_conflict(problem, ds, deadline.remaining_ms())
     overlap_lower_ns: int | None = None

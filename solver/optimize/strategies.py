@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import z3
 
@@ -143,13 +143,20 @@ def _relaxation_bound(problem: Problem, weights: Weights) -> int:
     return total
 
 
-def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
+def solve(
+    problem: Problem, weights: Weights, work: Work, enough: Callable[[list[int]], list[int] | None] | None = None
+) -> Solution | None:
     """The optimum (or, when the work allowances run out, the best plan and a
     bound); None if infeasible.
 
     Two devices: the minimum cut, exact; with budgets the priced cuts, which
     often prove their plan. Everything else (and a budget plan the cuts do not
-    prove) goes to `_search`."""
+    prove) goes to `_search`.
+
+    `enough`, when given, may end the search at the streaming plan: it returns
+    a plan (that plan or one made from it) that meets the caller's own goal,
+    or None (with overlap, a plan whose overlapped time is within the gap goal
+    of its bound: the synchronous search could not make it better there)."""
     first = [ok[0] for ok in problem.allowed]
     if all(len(ok) == 1 for ok in problem.allowed):
         if budget_violations(problem, first):
@@ -172,6 +179,11 @@ def solve(problem: Problem, weights: Weights, work: Work) -> Solution | None:
             # in 2-4 s); the offload program stays for budgets nothing streams into.
             assign = local_moves(problem, weights, streaming, work.part(POLISH_UNITS))
             value = evaluate(problem, weights, assign)[0]
+            good = enough(assign) if enough is not None else None
+            if good is not None:
+                price = evaluate(problem, weights, good)[0]
+                method = "streaming" if good == assign else "streaming + overlap moves"
+                return Solution(good, price, min(price, _relaxation_bound(problem, weights)), method)
             # HiGHS with less effort first: from a plan this close its root
             # usually proves the goal; else the whole search.
             quick = milp_solve(problem, weights, assign, STREAM_EFFORT, work.part(STREAM_EFFORT.nodes))
