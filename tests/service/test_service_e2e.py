@@ -105,7 +105,17 @@ def _compile_schema() -> Any:
     )
 
 
+def _schema_without_coverage() -> Any:
+    """Every operation but /compile, without the coverage phase."""
+    import schemathesis
+    from schemathesis.config import SchemathesisConfig
+
+    config = SchemathesisConfig.from_dict({"phases": {"coverage": {"enabled": False}}})
+    return schemathesis.openapi.from_path(ROOT / "openapi.yaml", config=config).exclude(operation_id="compile")
+
+
 schema = _schemathesis_schema()
+quick_schema = _schema_without_coverage()
 compile_schema = _compile_schema()
 
 
@@ -155,10 +165,19 @@ def _validate(case: Any, server: Any) -> None:
     )
 
 
-@schema.exclude(operation_id="compile").parametrize()
+@quick_schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_openapi_contract(case: Any, server: Any) -> None:
     """Every operation but /compile, 30 examples each: """ + CONTRACT_CHECKS_DOC
+    _validate(case, server)
+
+
+@pytest.mark.slow
+@schema.exclude(operation_id="compile").parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_openapi_contract_with_the_coverage_phase(case: Any, server: Any) -> None:
+    """Every operation but /compile with schemathesis' coverage phase too (thousands of
+    boundary variants of the /plan bodies, half a minute), 30 examples each: """ + CONTRACT_CHECKS_DOC
     _validate(case, server)
 
 
