@@ -115,10 +115,12 @@ def test_seccomp_holds_in_the_pool_threads(directory: Path, tmp_path: Path, monk
 
 
 def test_cpu_limit_ends_a_busy_loop(directory: Path) -> None:
+    # 4 s of CPU: more than a clean child's start and run (under 2 s), so the loop is what hits it.
+    limits = sandbox.Limits(cpu_s=4, wall_s=600, memory_bytes=512 << 20, file_bytes=1 << 20)
     with pytest.raises(sandbox.SandboxFailure) as caught:
-        _run(one_device(attack_lines("busy")), directory, seccomp=HAS_SECCOMP)
+        _run(one_device(attack_lines("busy")), directory, seccomp=HAS_SECCOMP, limits=limits)
     assert caught.value.limit == "cpu"
-    assert caught.value.detail.startswith("cpu limit 10 s")
+    assert caught.value.detail.startswith("cpu limit 4 s")
 
 
 def test_memory_limit_ends_endless_allocation(directory: Path) -> None:
@@ -130,11 +132,11 @@ def test_memory_limit_ends_endless_allocation(directory: Path) -> None:
 
 def test_wall_clock_ends_a_sleep(directory: Path) -> None:
     # Sleeping uses no CPU: only the parent's clock ends it (by design this test waits it out).
-    limits = sandbox.Limits(cpu_s=10, wall_s=8, memory_bytes=512 << 20, file_bytes=1 << 20)
+    limits = sandbox.Limits(cpu_s=10, wall_s=4, memory_bytes=512 << 20, file_bytes=1 << 20)
     with pytest.raises(sandbox.SandboxFailure) as caught:
         _run(one_device(attack_lines("sleep")), directory, seccomp=HAS_SECCOMP, limits=limits)
     assert caught.value.limit == "wall-clock"
-    assert caught.value.detail == "wall-clock limit 8 s"
+    assert caught.value.detail == "wall-clock limit 4 s"
 
 
 @needs_bwrap
