@@ -108,15 +108,15 @@ def next_held_pid(farm: Farm, timeout_s: float = 120) -> int:
     return int(got[1])
 
 
-def test_six_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
+def test_four_jobs_spread_over_two_idle_workers(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
     submitted = []
-    for width in range(3, 9):
+    for width in range(3, 7):
         response = api.post("/jobs/compile", json=tiny(width))
         assert response.status_code == 202, response.text
         assert response.headers["location"] == f"/jobs/{response.json()['id']}"
         submitted.append(response.json()["id"])
     finished = [wait_job(api, job_id, ("finished", "failed")) for job_id in submitted]
-    assert [job["status"] for job in finished] == ["finished"] * 6, finished
+    assert [job["status"] for job in finished] == ["finished"] * 4, finished
     assert {job["worker"] for job in finished} == set(two_workers)
     for job in finished:
         assert job["attempts"] == 1
@@ -158,9 +158,9 @@ def test_metrics_read_the_farm_from_redis(farm: Farm, api: TestClient, two_worke
     assert samples[("devplan_queue_up", ())] == 1
     assert samples[("devplan_queue_depth", ())] == 0
     assert samples[("devplan_queue_workers", ())] >= 2
-    assert samples[("devplan_jobs_total", (("status", "finished"),))] >= 6  # the six jobs above
-    assert samples[("devplan_job_run_seconds_count", ())] >= 6
-    assert samples[("devplan_job_queued_seconds_count", ())] >= 6
+    assert samples[("devplan_jobs_total", (("status", "finished"),))] >= 4  # the four jobs above
+    assert samples[("devplan_job_run_seconds_count", ())] >= 4
+    assert samples[("devplan_job_queued_seconds_count", ())] >= 4
 
 
 def test_artifact_from_s3_is_the_built_library(farm: Farm, api: TestClient, two_workers: list[str]) -> None:
@@ -334,11 +334,10 @@ def test_a_job_whose_retries_ran_out_fails_as_compile_lost(farm: Farm, two_worke
         assert farm.connection().get(f"devplan:inflight:{cache_key(CompileRequest.model_validate(tiny(45)))}") is None
 
 
-def test_sigterm_finishes_the_job_a_second_sigterm_requeues_it(
+def test_sigterm_finishes_the_job_then_the_worker_exits(
     farm: Farm, held_api: TestClient, two_workers: list[str]
 ) -> None:
     from rq import Worker
-    from rq.job import Job
 
     # One SIGTERM: the running job finishes on that worker, then the worker exits 0.
     job_id = held_api.post("/jobs/compile", json=tiny(61)).json()["id"]
@@ -354,16 +353,22 @@ def test_sigterm_finishes_the_job_a_second_sigterm_requeues_it(
     assert done["status"] == "finished" and done["worker"] == victim
     farm.workers.pop(victim)
 
+
+@pytest.mark.slow
+def test_a_second_sigterm_requeues_the_job_on_the_other_worker(
+    farm: Farm, held_api: TestClient, two_workers: list[str]
+) -> None:
+    """(Slow stage: a worker lost mid-job and its job run by the other is in the default stage,
+    test_worker_killed_mid_job_the_other_finishes_it.)"""
+    from rq import Worker
+    from rq.job import Job
+
     # Two SIGTERMs: the job's horse and compile process are killed and the job is requeued
     # (no retry spent); the other worker runs it.
-    names = [name for name, proc in farm.workers.items() if proc.poll() is None]
-    new = f"w{next(_names)}"
-    farm.start_worker(new)
-    farm.wait_idle({*names, new})
     job_id = held_api.post("/jobs/compile", json=tiny(62)).json()["id"]
     pid = next_held_pid(farm)
     victim = wait_job(held_api, job_id, ("started",))["worker"]
-    survivor = next(name for name in [*names, new] if name != victim)
+    survivor = next(name for name in two_workers if name != victim)
     farm.workers[victim].send_signal(signal.SIGTERM)
     worker = Worker.find_by_key(f"rq:worker:{victim}", connection=farm.connection())
     assert worker is not None
