@@ -71,7 +71,7 @@ def overlap_plan(
             best[1] = objective()
         for c, d in moves:
             plan[c] = d
-        if not any(d in problem.budgets for _, d in moves) or not budget_violations(problem, plan):
+        if not budget_violations(problem, plan):  # any move may add copies into a budgeted device
             ns = schedule(problem, plan, True).total_ns
             if ns < best[0] or (ns == best[0] and objective() < best[1]):
                 best[0], best[1] = ns, objective()
