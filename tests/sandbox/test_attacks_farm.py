@@ -4,8 +4,12 @@ naming the limit, after one attempt (a stopped child is the caller's failure, ne
 retried as if transient); the worker stays up and runs the next job.
 
 Workers take their limits from the environment: one queue whose worker has a wall clock
-far beyond the CPU limit, one (the sleep) whose wall clock is short. Only the `system`
-attack runs in the default stage; every attack runs under `slow`."""
+far beyond the CPU limit, one (the sleep) whose wall clock is short. Every attack runs
+in the slow stage (each needs a farm and two compiles in fresh work horses, the `system`
+one about 25 s). The default stage holds the parts: the sandbox stops `system` on its own
+(test_layers.py) and behind /compile (test_attacks.py), the queue's compile with its run
+check finishes (tests/farm), and the queue's build returns a compile's failure as the job's
+error instead of raising (tests/security/test_compile_hostile.py), so RQ does not retry it."""
 
 from __future__ import annotations
 
@@ -111,6 +115,7 @@ def attack(farm: Farm, client: TestClient, worker: str, name: str, target: Path)
     assert farm.workers[worker].poll() is None, farm.worker_log(worker)
 
 
+@pytest.mark.slow
 def test_system_attack_through_the_queue(farm: Farm, api: TestClient, tmp_path: Path) -> None:
     attack(farm, api, "long", "system", tmp_path / "escaped")
 
