@@ -23,6 +23,7 @@ from service.api.routes.compile import COMPILE_EXAMPLE
 from service.compile_workers import CompileJob, CompileRun
 from service.config import Settings
 from service.main import create_app
+from tests.conftest import RunningServer
 
 from .helpers import corpus_path
 
@@ -128,71 +129,19 @@ def test_unknown_or_invalid_artifact_ids_are_404(client: TestClient, artifact_id
     assert response.status_code == 404
 
 
-def make_app() -> object:
-    """App factory for the real-server test: the app with the compile routes."""
-    import os
-
-    from service.api.routes.compile import compile_router
-
-    app = create_app(
-        Settings(pool_kind="thread", pool_size=1, artifact_dir=Path(os.environ["DEVPLAN_ARTIFACT_DIR"]))
-    )
-    if not any(getattr(r, "path", "") == "/compile" for r in app.routes):
-        app.include_router(compile_router)
-    return app
-
-
-def test_real_server_compiles_and_serves_the_artifact(tmp_path: Path) -> None:
-    """uvicorn in a subprocess, requests over TCP."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, DEVPLAN_ARTIFACT_DIR=str(tmp_path), PYTHONPATH=str(root))
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "tests.tvm_bridge.test_service_compile:make_app",
-            "--factory",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=root,
-        env=env,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        response = httpx.post(base + "/compile", json=TWO_CPU, timeout=300)
-        assert response.status_code == 200, response.text
-        body = response.json()
-        assert body["report"]["check"]["max_abs_error"] <= 1e-6
-        library = httpx.get(base + body["download"], timeout=30)
-        assert library.status_code == 200 and len(library.content) == body["size_bytes"]
-        assert (tmp_path / f"{body['artifact_id']}.so").exists()
-        missing = httpx.get(base + "/artifacts/" + "f" * 64, timeout=30)
-        assert missing.status_code == 404
-        assert missing.headers["content-type"].startswith("application/problem+json")
-    finally:
-        server.terminate()
-        server.wait(30)
+def test_real_server_compiles_and_serves_the_artifact(server: RunningServer) -> None:
+    """`devplan serve` (the session's uvicorn subprocess, tests/conftest.py), requests over TCP."""
+    base = server.base_url
+    response = httpx.post(base + "/compile", json=TWO_CPU, timeout=300)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["report"]["check"]["max_abs_error"] <= 1e-6
+    library = httpx.get(base + body["download"], timeout=30)
+    assert library.status_code == 200 and len(library.content) == body["size_bytes"]
+    assert (server.log_path.parent / "artifacts" / f"{body['artifact_id']}.so").exists()
+    missing = httpx.get(base + "/artifacts/" + "f" * 64, timeout=30)
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
 
 
 # --------------------------------------------------------------------------
