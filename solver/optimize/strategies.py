@@ -184,8 +184,9 @@ def solve(
                 price = evaluate(problem, weights, good)[0]
                 method = "streaming" if good == assign else "streaming + overlap moves"
                 return Solution(good, price, min(price, _relaxation_bound(problem, weights)), method)
-            # HiGHS with less effort first: from a plan this close its root
-            # usually proves the goal; else the whole search.
+            # HiGHS with less effort first: from a plan this close its root usually proves
+            # the goal; else the resident-weight dual may (decoders of 80 layers, whose MILP
+            # is past HiGHS's limits); else the whole search.
             quick = milp_solve(problem, weights, assign, STREAM_EFFORT, work.part(STREAM_EFFORT.nodes))
             if quick.infeasible:
                 return None
@@ -193,6 +194,12 @@ def solve(
                 assign = quick.assign
                 value = evaluate(problem, weights, assign)[0]
             lower = min(value, quick.bound_ns * weights.per_ns)
+            if value * 1_000_000 > lower * (1_000_000 + GAP_GOAL_PPM) and not quick.proven:
+                dual = _resident_dual(problem, weights, pair, work.part(DUAL_UNITS))
+                if dual > lower:
+                    lower = min(value, dual)
+                    if value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM):
+                        return Solution(assign, value, lower, "streaming + dual bound")
             if value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM):
                 method = "streaming + highs (optimal)" if lower >= value or quick.proven else "streaming + highs"
                 return Solution(assign, value, value if quick.proven else lower, method)
@@ -223,6 +230,56 @@ def solve(
         assign = local_moves(problem, weights, one_gpu, work.part(POLISH_UNITS))
         start = Solution(assign, evaluate(problem, weights, assign)[0], 0, "streaming on one device")
     return _search(problem, weights, work, start)
+
+
+def _resident_dual(problem: Problem, weights: Weights, pair: tuple[int, int], work: Work) -> int:
+    """A lower bound on every plan's objective within the budgets, from the
+    weights resident on the budgeted devices: for prices p >= 0 a byte, the
+    minimum cut of the objective plus p times each resident weight byte on a
+    budgeted device, less p times its budget, is below every plan within the
+    budgets (a plan's resident weights fit its peak, which fits the budget;
+    the Lagrangian dual of that relaxation). The dual is concave in p;
+    golden-section steps around the price of copying a byte in (where keeping
+    a weight resident and streaming it cost the same) look for its best, each
+    step a cut (its classes and edges counted against `work`)."""
+    budgeted = [d for d in pair if d in problem.budgets]
+    constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
+    best = _relaxation_bound(problem, weights)
+    if not budgeted or pair[0] == pair[1]:
+        return best
+    g = budgeted[0]
+    other = pair[1] if g == pair[0] else pair[0]
+    link = problem.links[other][g]
+    if link is None or len(budgeted) > 1:
+        return best
+    cost = len(problem.allowed) + len(problem.edges)
+    per_byte = weights.per_ns / link.gbps  # objective units of copying one byte in
+
+    def dual(scale: float) -> int:
+        price = int(per_byte * scale)
+        value, _ = _cut(problem, weights, pair, {g: price}, intermediates=False)
+        return value + constant - price * problem.budgets[g]
+
+    low, high = 0.0, 2.0
+    ratio = (5**0.5 - 1) / 2
+    a, b = high - ratio * (high - low), low + ratio * (high - low)
+    if not work.spend(2 * cost, "resident dual"):
+        return best
+    fa, fb = dual(a), dual(b)
+    best = max(best, fa, fb)
+    for _ in range(DUAL_STEPS):
+        if not work.spend(cost, "resident dual"):
+            break
+        if fa < fb:
+            low, a, fa = a, b, fb
+            b = low + ratio * (high - low)
+            fb = dual(b)
+        else:
+            high, b, fb = b, a, fa
+            a = high - ratio * (high - low)
+            fa = dual(a)
+        best = max(best, fa, fb)
+    return best
 
 
 def _streaming(problem: Problem, weights: Weights) -> list[int] | None:
@@ -289,6 +346,10 @@ WINDOW_NODES = 1_500
 POLISH_UNITS = 250_000
 # Z3 Optimize (only when no other step finds a plan): Z3's resource count.
 Z3_RLIMIT = 50_000_000
+# The resident-weight dual of an offload problem (`_resident_dual`): golden-section steps
+# (each a minimum cut), and their allowance in classes and edges cut.
+DUAL_STEPS = 10
+DUAL_UNITS = 200_000
 # The windows stop once the plan is within this much (parts per million) of
 # the bound: past it, the 1% goal is proven and more search buys little.
 GAP_GOAL_PPM = 2500

@@ -26,3 +26,24 @@ def test_resident_weights_kept_up_to_date_match_the_whole_check(monkeypatch: pyt
             made += 1
             assert not budget_violations(problem, fast)
     assert made >= 20
+
+
+def test_the_resident_weight_dual_bounds_every_plan_within_the_budget() -> None:
+    from solver.optimize import evaluate
+    from solver.optimize.strategies import _resident_dual
+    from solver.work import Work
+    from tests.offload.test_memory_overlap import every_plan, layered
+
+    problems = [p for p in map(random_layered, range(120)) if p.budgets]
+    # Four layers whose weights are four times the budget: streaming them all is the optimum.
+    problems.append(layered([4000] * 4, [(50_000, 1000)] * 4, 100, 4500))
+    above_cheapest = 0
+    for problem in problems:
+        weights = Weights.of(problem)
+        least = min(evaluate(problem, weights, p)[0] for p in every_plan(problem))
+        dual = _resident_dual(problem, weights, (CPU, GPU), Work(10**9))
+        assert dual <= least
+        cheapest = sum(min(problem.unary[c][d] for d in ok) for c, ok in enumerate(problem.allowed))
+        above_cheapest += dual // weights.per_ns > cheapest
+    # The dual sees that weights beyond the budget cost copies (or cpu time) on most of them.
+    assert above_cheapest >= len(problems) // 2
