@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, cast
 
-from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, kind_of
+from service.errors import EXIT_MALFORMED, EXIT_OK, EXIT_USAGE, Terminated, kind_of
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -383,6 +383,7 @@ exit codes:
      a kernel TVM cannot build)
   8  the run check failed (a sandbox limit or rule, a crash) or cannot run on this module
   130  interrupted (Ctrl-C): the compile and its sandboxed check are stopped
+  143  terminated (SIGTERM, as a CI job's cancel sends it): likewise
 On any failure the reason, located in INPUT where it has a place, goes to stderr and no
 library (no temporary file either) is left behind.
 
@@ -1050,6 +1051,8 @@ def main(argv: Sequence[str] | None = None, *, clock: Callable[[], float] = time
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
     except BrokenPipeError:
         return EXIT_OK
     except Exception as err:  # noqa: BLE001 - last resort: a bug, reported without a traceback

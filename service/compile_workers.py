@@ -18,6 +18,7 @@ import multiprocessing
 import multiprocessing.connection
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -558,6 +559,7 @@ class CompileRun:
             name="devplan-compile",
         )
         self._poll: asyncio.Future[dict[str, Any] | None] | None = None
+        self._reaping = threading.Lock()  # `_watch`'s thread and `stop` both reap the process
         self.proc.start()
         sender.close()
 
@@ -599,7 +601,8 @@ class CompileRun:
                 ready = self._receiver.poll(min(remaining, _WATCH_S))
                 message: dict[str, Any] | None = self._receiver.recv() if ready else None
             except (EOFError, OSError):
-                self.proc.join(5)
+                with self._reaping:
+                    self.proc.join(5)
                 return {"error": died(self.proc.exitcode, self.job.sandbox).as_dict()}
             if message is not None:
                 phase = message.get(PHASE_KEY)
@@ -630,7 +633,8 @@ class CompileRun:
         library unless it was already moved into the store."""
         if self.proc.is_alive():
             self.proc.kill()
-        self.proc.join(10)
+        with self._reaping:  # one reaper: a second waitpid would find no child and leave exitcode unset
+            self.proc.join()  # SIGKILL cannot be refused: it ends, however busy the machine is
         if self._poll is not None and not self._poll.done():
             # A cancelled wait's poll is still in its thread; the dead process closed
             # its end, so it returns at once: close the pipe after it, not under it.

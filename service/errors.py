@@ -25,6 +25,11 @@ EXIT_COMPILE_FAILED = 7
 EXIT_RUN_CHECK_FAILED = 8
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived during `devplan compile` (exit 143), raised in the main thread so
+    that the compile process is stopped and its temporaries removed on the way out."""
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     """One kind of failure: its problem+json status and title, its CLI exit code

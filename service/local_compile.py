@@ -6,8 +6,9 @@ in the same compile process (`service.compile_workers.CompileRun` around
 `worker_main`: the same guards, rlimits and run-check sandbox). The library is
 written beside the output under a temporary name and moved into place only
 when the compile succeeded; whatever else happens (a failure, the time limit,
-Ctrl-C) the process is killed (its sandbox child dies with it) and nothing is
-left behind.
+Ctrl-C, SIGTERM) the process is killed (its sandbox child dies with it) and
+nothing is left behind. A caller killed outright (SIGKILL) takes the compile
+process with it (it dies with its parent), though its temporary files stay.
 """
 
 from __future__ import annotations
@@ -27,15 +28,36 @@ from typing import Any
 from service import sandbox
 from service.compile_workers import CompileJob, CompileRun, worker_main
 from service.config import Settings
-from service.errors import COMPILE_TIMEOUT
+from service.errors import COMPILE_TIMEOUT, Terminated
 from service.planning import PlanFailure, PlanJob
 
 
 def _worker(job: CompileJob, conn: multiprocessing.connection.Connection) -> None:
     """The compile process's work, Ctrl-C left to the parent: the terminal sends SIGINT
-    to the whole process group, and the parent, not the child, decides what it stops."""
+    to the whole process group, and the parent, not the child, decides what it stops.
+    It dies with its parent (a CLI killed outright must not leave it compiling)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    sandbox.die_with_parent((parent.pid or 0) if parent is not None else 0)
     worker_main(job, conn)
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """SIGTERM inside the block raises Terminated (the default action would end the
+    process without stopping the compile process or removing its files)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -76,7 +98,7 @@ def compile_to_file(
     """Plan, lower and compile `plan.module` as POST /compile does and write the
     library to `output`; returns /compile's answer (`sha256`, `size_bytes`,
     `report`). Raises PlanFailure (the kinds /compile answers); KeyboardInterrupt
-    passes through after the compile process is stopped."""
+    (Ctrl-C) and Terminated (SIGTERM) pass through after the compile process is stopped."""
     library = temporary_beside(output)
     by_device: dict[str | int, Any] | None = None if targets is None else {k: v for k, v in targets.items()}
     job = CompileJob(
@@ -91,11 +113,12 @@ def compile_to_file(
     run: CompileRun | None = None
     loop = asyncio.new_event_loop()
     try:
-        with _ctrl_c_after():
-            run = CompileRun(job, target=_worker)
-        result = loop.run_until_complete(run.wait(settings.compile_timeout_s))
-        if result is not None and "ok" in result:
-            os.replace(library, output)
+        with _terminate_cleanly():
+            with _ctrl_c_after():
+                run = CompileRun(job, target=_worker)
+            result = loop.run_until_complete(run.wait(settings.compile_timeout_s))
+            if result is not None and "ok" in result:
+                os.replace(library, output)
     finally:
         if run is not None:
             run.stop()  # kills the process if it still runs, removes the temporary library

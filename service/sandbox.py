@@ -838,14 +838,22 @@ def _answer_output(node: Any, spec: Any, blob: memoryview, at: str) -> Any:
 # The child.
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent dies (a killed compile process), and end now
     if that already happened (`parent`: the pid it was started by; 0 under bubblewrap,
-    whose --die-with-parent does the same)."""
+    whose --die-with-parent does the same once the child runs, though not while bwrap
+    sets up its namespaces: a child whose bwrap died then has another parent now)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent and os.getppid() != parent:
+    if os.getppid() != parent if parent else not _parent_is_bubblewrap():
         os._exit(1)
+
+
+def _parent_is_bubblewrap() -> bool:
+    try:
+        return Path(f"/proc/{os.getppid()}/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
 
 
 def _make_filter(result_fd: int, gpu: bool) -> Any:
@@ -902,7 +910,7 @@ def _encode(outputs: Sequence[Any]) -> bytes:
 def _child(directory: Path, result_fd: int, parent: int) -> NoReturn:
     """The run-check child: limits, load, filter, run, answer; it never returns."""
     try:
-        _die_with_parent(parent)
+        die_with_parent(parent)
         spec = json.loads((directory / SPEC_FILE).read_text())
         limit_process(Limits(**spec["limits"]))
         os.chdir(directory)

@@ -249,13 +249,23 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _interrupt(argv: list[str], started: str) -> tuple[int, str, list[int]]:
+def _interrupt(argv: list[str], started: str, sig: int = signal.SIGINT) -> tuple[int, str, list[int]]:
     """Run `devplan ARGV`, send SIGINT once a process below its compile process (or that
     process itself, for `started` == "spawn_main") has `started` in its command line; its
     exit code, stderr, and the processes of the compile seen then."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devplan", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    # Ctrl-C as a terminal delivers it, even where the tests run with SIGINT ignored (started in
+    # the background by a shell): an ignored signal stays ignored across exec, a handled one does not.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "devplan", *argv],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     seen: list[int] = []
     try:
         while proc.poll() is None:  # the event: the process named `started` runs
@@ -265,7 +275,7 @@ def _interrupt(argv: list[str], started: str) -> tuple[int, str, list[int]]:
                 break
             time.sleep(0.02)  # polling interval, not a limit
         assert proc.poll() is None, proc.communicate()
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -289,16 +299,71 @@ def test_ctrl_c_stops_the_compile_and_leaves_nothing(tmp_path: Path) -> None:
     assert _leftovers(tmp_path, set()) == []
 
 
+# WITH_KERNEL's kernel made to run for minutes (2e9 dependent steps an element), so that the
+# run check is still running when the test's SIGINT arrives, however fast the machine.
+SLOW_KERNEL = WITH_KERNEL.replace(
+    "                b[vi] = a[vi] * T.float32(2)\n",
+    "                b[vi] = a[vi]\n"
+    "                for k in range(2000000000):\n"
+    "                    b[vi] = b[vi] * T.float32(0.5) + a[vi]\n",
+)
+
+
+# A kernel that never finishes (4e18 steps an element): the run check runs until the sandbox's
+# wall clock ends it.
+ENDLESS_KERNEL = SLOW_KERNEL.replace(
+    "                for k in range(2000000000):\n"
+    "                    b[vi] = b[vi] * T.float32(0.5) + a[vi]\n",
+    "                for k in range(2000000000):\n"
+    "                    for m in range(2000000000):\n"
+    "                        b[vi] = b[vi] * T.float32(0.5) + a[vi]\n",
+)
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_the_run_check_stops_its_sandbox_too(tmp_path: Path) -> None:
     """SIGINT while the sandboxed run check runs: the check's processes end with the compile."""
+    assert SLOW_KERNEL != WITH_KERNEL
     source = tmp_path / "kernel.py"
-    source.write_text(WITH_KERNEL)
+    source.write_text(SLOW_KERNEL)
     argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
     code, err, seen = _interrupt(argv, "service.sandbox")
     assert code == 130, err
     _gone(seen)
     assert _leftovers(tmp_path, {"kernel.py"}) == []
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_run_check_stops_everything_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM (a CI job cancelled) while the sandboxed check runs: exit 143, the compile
+    process and the check gone, no library and no temporary."""
+    source = tmp_path / "kernel.py"
+    source.write_text(SLOW_KERNEL)
+    argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
+    code, err, seen = _interrupt(argv, "service.sandbox", signal.SIGTERM)
+    assert code == 143 and "Traceback" not in err, err
+    _gone(seen)
+    assert _leftovers(tmp_path, {"kernel.py"}) == []
+
+
+@pytest.mark.slow
+def test_a_killed_cli_takes_its_compile_process_with_it(tmp_path: Path) -> None:
+    """SIGKILL of `devplan compile` (nothing of it can run): its compile process, and the
+    sandboxed check under it, die with it instead of compiling on as orphans."""
+    source = tmp_path / "kernel.py"
+    source.write_text(ENDLESS_KERNEL)
+    argv = ["compile", str(source), "-o", str(tmp_path / "k.so"), "--default-device", "cpu", "--run-check"]
+    code, _, seen = _interrupt(argv, "service.sandbox", signal.SIGKILL)
+    assert ENDLESS_KERNEL != SLOW_KERNEL
+    assert code == -signal.SIGKILL and seen
+    # The check would run until the sandbox's wall clock (15 minutes): only their parent's
+    # death ends these processes now. The bound below only turns a hang into a failure.
+    hang = time.monotonic() + 600
+    for pid in seen:
+        while Path(f"/proc/{pid}").exists() and not _zombie(pid):
+            if time.monotonic() > hang:
+                pytest.fail(f"{_cmdline(pid)} outlived the killed CLI")
+            time.sleep(0.05)  # polling interval
 
 
 def _cmdline(pid: int) -> str:
