@@ -121,9 +121,9 @@ def _problem_of(
     seen: list[tuple[Problem, Weights]] = []
     original = run.solve
 
-    def record(problem: Problem, weights: Weights, deadline: Any) -> Any:
+    def record(problem: Problem, weights: Weights, *rest: Any) -> Any:
         seen.append((problem, weights))
-        return original(problem, weights, deadline)
+        return original(problem, weights, *rest)
 
     with monkeypatch.context() as patch:
         patch.setattr(run, "solve", record)
