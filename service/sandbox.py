@@ -845,7 +845,8 @@ def die_with_parent(parent: int) -> None:
     sets up its namespaces: a child whose bwrap died then has another parent now)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent if parent else not _parent_is_bubblewrap():
+    orphaned = os.getppid() != parent if parent else not _parent_is_bubblewrap()
+    if orphaned:
         os._exit(1)
 
 

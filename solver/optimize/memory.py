@@ -209,6 +209,12 @@ def _arrays(problem: Planned) -> _Arrays:
     return made
 
 
+def byte_dtype(problem: Planned) -> np.dtype:
+    """The numpy dtype that holds `problem`'s byte counts and their sums exactly:
+    int64, or Python integers when a caller's sizes add up past it."""
+    return _arrays(problem).value.dtype
+
+
 def peak_memory(problem: Planned, assign: Sequence[int]) -> dict[int, int]:
     """Peak bytes per device (every device that holds anything) under the
     memory rule of the module docstring, without prefetching."""
@@ -272,7 +278,7 @@ def schedule(problem: Planned, assign: Sequence[int], overlap: bool) -> Schedule
     extra: dict[int, np.ndarray] = {}
     issue: list[int] = []
     if overlap:
-        kind = _arrays(problem).value.dtype
+        kind = byte_dtype(problem)
         last_issue: dict[tuple[int, int], int] = {}
         # device -> (the step of its latest streamed reader, of the one before)
         readers: dict[int, tuple[int, int]] = {}
@@ -331,10 +337,10 @@ def schedule(problem: Planned, assign: Sequence[int], overlap: bool) -> Schedule
         hidden[d] = hidden.get(d, 0) - waited
     peak = dict(resident)
     for d in {*usage, *extra}:
-        steps = usage.get(d, [0] * n)
+        steps = np.asarray(usage.get(d, [0] * n), dtype=byte_dtype(problem))
         ahead = extra.get(d)
-        most = max(steps, default=0) if ahead is None else max((int(a) + int(b) for a, b in zip(steps, ahead)), default=0)
-        peak[d] = peak.get(d, 0) + most
+        held = steps if ahead is None else steps + ahead
+        peak[d] = peak.get(d, 0) + (int(held.max()) if n else 0)
     return Schedule(total, kernel, copies, {d: max(0, h) for d, h in hidden.items()}, peak)
 
 

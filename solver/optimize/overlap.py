@@ -14,7 +14,7 @@ classes between their devices while the overlapped schedule gets shorter;
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ..work import Work
 from .memory import overlap_bound, schedule
@@ -57,58 +57,53 @@ def overlap_plan(
     )
     operators = [c for c, ok in enumerate(problem.allowed) if not live.weight[c] and len(ok) > 1]
     cost = max(SCHEDULE_UNITS, len(problem.allowed) + len(problem.edges))
-    best = [schedule(problem, plan, True).total_ns, -1]  # (ns, objective once a tie needs it)
-
-    def objective() -> int:
-        return evaluate(problem, weights, plan)[0]
+    best_ns = schedule(problem, plan, True).total_ns
+    best_objective = evaluate(problem, weights, plan)[0]  # the tie-break
 
     def attempt(moves: Sequence[tuple[int, int]]) -> bool | None:
-        """Try `moves` (class, device); keep them when better. None once the work is spent."""
+        """Try `moves` (class, device) and keep them when better: True, or False;
+        None when the work is spent or the goal is met (the moves then stop)."""
+        nonlocal best_ns, best_objective
         if not work.spend(cost, "overlap moves"):
             return None
         old = [(c, plan[c]) for c, _ in moves]
-        if best[1] < 0:
-            best[1] = objective()
         for c, d in moves:
             plan[c] = d
         if not budget_violations(problem, plan):  # any move may add copies into a budgeted device
             ns = schedule(problem, plan, True).total_ns
-            if ns < best[0] or (ns == best[0] and objective() < best[1]):
-                best[0], best[1] = ns, objective()
-                return True
+            objective = evaluate(problem, weights, plan)[0] if ns <= best_ns else 0
+            if ns < best_ns or (ns == best_ns and objective < best_objective):
+                best_ns, best_objective = ns, objective
+                return None if ns <= goal_ns else True
         for c, d in old:
             plan[c] = d
         return False
 
-    def singles(classes: Sequence[int]) -> bool | None:
-        for c in classes:
-            for d in problem.allowed[c]:
-                if d != plan[c]:
-                    found = attempt([(c, d)])
-                    if found is None or (found and best[0] <= goal_ns):
-                        return None
-                    if found:
-                        return True
+    def first(tries: Iterable[list[tuple[int, int]]]) -> bool | None:
+        """The first of `tries` kept (True), none kept (False), or stopped (None)."""
+        for moves in tries:
+            found = attempt(moves)
+            if found is not False:
+                return found
         return False
 
-    def swaps() -> bool | None:
+    def singles(classes: Sequence[int]) -> Iterator[list[tuple[int, int]]]:
+        for c in classes:
+            yield from ([(c, d)] for d in problem.allowed[c] if d != plan[c])
+
+    def swaps() -> Iterator[list[tuple[int, int]]]:
         for a in movable:
             for b in movable:
                 da, db = plan[a], plan[b]
                 if a < b and da != db and db in problem.allowed[a] and da in problem.allowed[b]:
-                    found = attempt([(a, db), (b, da)])
-                    if found is None or (found and best[0] <= goal_ns):
-                        return None
-                    if found:
-                        return True
-        return False
+                    yield [(a, db), (b, da)]
 
-    while best[0] > goal_ns:
-        step = singles(movable)
+    while best_ns > goal_ns:
+        step = first(singles(movable))
         if step is False:
-            step = swaps()
+            step = first(swaps())
         if step is False:
-            step = singles(operators)
+            step = first(singles(operators))
         if not step:
             break
     return plan

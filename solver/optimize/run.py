@@ -42,7 +42,7 @@ from ..work import Work
 from .cost_model import ns_to_ms
 from .cut_collector import CutCollector, as_cut
 from .explain import budget_conflict, cost_reason, support_conflict
-from .memory import schedule
+from .memory import overlap_bound, schedule
 from .overlap import overlap_lower, overlap_plan
 from .problem import (
     Built,
@@ -150,10 +150,10 @@ def optimize(
     weights = Weights.of(problem)
     work = search_work(config, deadline)
     enough = None
+    cut_ns = overlap_lower(problem, weights, 0) if config.overlap else 0  # the bound before any search
     if config.overlap and problem.budgets:
         # A plan within the gap goal of the overlapped bound needs no more search.
-        cut_ns = overlap_lower(problem, weights, 0)
-        cut_goal = cut_ns + cut_ns * GAP_GOAL_PPM // 1_000_000
+        cut_goal = _goal(cut_ns)
 
         def enough(assign: list[int]) -> list[int] | None:
             moved = overlap_plan(problem, weights, assign, work.part(OVERLAP_UNITS), cut_goal)
@@ -164,9 +164,9 @@ def optimize(
         raise budget_conflict(problem, ds, deadline.remaining_ms())
     overlap_lower_ns: int | None = None
     if config.overlap:
-        overlap_lower_ns = overlap_lower(problem, weights, min(solution.lower, solution.objective) // weights.per_ns)
-        goal_ns = overlap_lower_ns + overlap_lower_ns * GAP_GOAL_PPM // 1_000_000
-        moved = overlap_plan(problem, weights, solution.assign, work.part(OVERLAP_UNITS), goal_ns)
+        sync_lower_ns = min(solution.lower, solution.objective) // weights.per_ns
+        overlap_lower_ns = max(cut_ns, overlap_bound(problem, sync_lower_ns))
+        moved = overlap_plan(problem, weights, solution.assign, work.part(OVERLAP_UNITS), _goal(overlap_lower_ns))
         if moved != solution.assign:
             objective = evaluate(problem, weights, moved)[0]
             # the search's "optimal" was about the synchronous price
@@ -253,6 +253,11 @@ SEARCH_UNITS = 1 << 62
 # classes and edges walked (at least `overlap.SCHEDULE_UNITS` a schedule): at most 300
 # schedules, about 290 of the public decoder and 80 of an 80-layer decoder.
 OVERLAP_UNITS = 600_000
+
+
+def _goal(lower_ns: int) -> int:
+    """The run time within the search's gap goal of the bound `lower_ns`."""
+    return lower_ns + lower_ns * GAP_GOAL_PPM // 1_000_000
 
 
 def search_work(config: PlanConfig, deadline: Deadline) -> Work:

@@ -194,13 +194,13 @@ def solve(
                 assign = quick.assign
                 value = evaluate(problem, weights, assign)[0]
             lower = min(value, quick.bound_ns * weights.per_ns)
-            if value * 1_000_000 > lower * (1_000_000 + GAP_GOAL_PPM) and not quick.proven:
+            if not _within_goal(value, lower) and not quick.proven:
                 dual = _resident_dual(problem, weights, pair, work.part(DUAL_UNITS))
                 if dual > lower:
                     lower = min(value, dual)
-                    if value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM):
+                    if _within_goal(value, lower):
                         return Solution(assign, value, lower, "streaming + dual bound")
-            if value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM):
+            if _within_goal(value, lower):
                 method = "streaming + highs (optimal)" if lower >= value or quick.proven else "streaming + highs"
                 return Solution(assign, value, value if quick.proven else lower, method)
             return _search(problem, weights, work, Solution(assign, value, lower, "streaming"))
@@ -232,6 +232,11 @@ def solve(
     return _search(problem, weights, work, start)
 
 
+def _within_goal(value: int, lower: int) -> bool:
+    """Whether the objective `value` is within GAP_GOAL_PPM of the bound `lower`."""
+    return value * 1_000_000 <= lower * (1_000_000 + GAP_GOAL_PPM)
+
+
 def _resident_dual(problem: Problem, weights: Weights, pair: tuple[int, int], work: Work) -> int:
     """A lower bound on every plan's objective within the budgets, from the
     weights resident on the budgeted devices: for prices p >= 0 a byte, the
@@ -245,12 +250,11 @@ def _resident_dual(problem: Problem, weights: Weights, pair: tuple[int, int], wo
     budgeted = [d for d in pair if d in problem.budgets]
     constant = problem.fixed_ns * weights.per_ns + problem.fixed_copies * weights.per_copy
     best = _relaxation_bound(problem, weights)
-    if not budgeted or pair[0] == pair[1]:
+    if len(budgeted) != 1 or pair[0] == pair[1]:
         return best
     g = budgeted[0]
-    other = pair[1] if g == pair[0] else pair[0]
-    link = problem.links[other][g]
-    if link is None or len(budgeted) > 1:
+    link = problem.links[pair[1] if g == pair[0] else pair[0]][g]
+    if link is None:
         return best
     cost = len(problem.allowed) + len(problem.edges)
     per_byte = weights.per_ns / link.gbps  # objective units of copying one byte in

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .memory import step_usage
+from .memory import byte_dtype, step_usage
 from .problem import Problem, Weights, budget_violations
 
 # How many classes step 2 may move off the budgeted device.
@@ -103,9 +103,7 @@ def _make_resident(
     live = problem.liveness
     n = len(live.order)
     budget = problem.budgets[g]
-    usage = step_usage(problem, plan).get(g, [0] * n)
-    kind: type = np.int64 if max(usage, default=0) + budget < 2**62 else object
-    steps: np.ndarray = np.asarray(usage, dtype=kind)
+    steps: np.ndarray = np.asarray(step_usage(problem, plan).get(g, [0] * n), dtype=byte_dtype(problem))
     out = list(plan)
     resident = sum(problem.weight_bytes[x] for x, d in enumerate(out) if d == g)
     for x in order:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -250,36 +251,42 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _interrupt(argv: list[str], started: str, sig: int = signal.SIGINT) -> tuple[int, str, list[int]]:
-    """Run `devplan ARGV`, send SIGINT once a process below its compile process (or that
+    """Run `devplan ARGV`, send `sig` once a process below its compile process (or that
     process itself, for `started` == "spawn_main") has `started` in its command line; its
-    exit code, stderr, and the processes of the compile seen then."""
-    # Ctrl-C as a terminal delivers it, even where the tests run with SIGINT ignored (started in
-    # the background by a shell): an ignored signal stays ignored across exec, a handled one does not.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "devplan", *argv],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    seen: list[int] = []
-    try:
-        while proc.poll() is None:  # the event: the process named `started` runs
-            compile_procs = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
-            seen = compile_procs + [d for c in compile_procs for d in _descendants(c)]
-            if any(started in _cmdline(p) for p in seen):
-                break
-            time.sleep(0.02)  # polling interval, not a limit
-        assert proc.poll() is None, proc.communicate()
-        os.kill(proc.pid, sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    exit code, stderr, and the processes of the compile seen then. Its stderr goes to a
+    file (a pipe nobody reads while polling would block it once full)."""
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        # Ctrl-C as a terminal delivers it, even where the tests run with SIGINT ignored (started in
+        # the background by a shell): an ignored signal stays ignored across exec, a handled one does not.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "devplan", *argv],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                text=True,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        seen: list[int] = []
+        try:
+            while proc.poll() is None:  # the event: the process named `started` runs
+                compile_procs = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
+                seen = compile_procs + [d for c in compile_procs for d in _descendants(c)]
+                if any(started in _cmdline(p) for p in seen):
+                    break
+                time.sleep(0.02)  # polling interval, not a limit
+            running = proc.poll() is None
+            if running:
+                os.kill(proc.pid, sig)
+                proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        errors.seek(0)
+        err = errors.read()
+    assert running, err  # the signal must find the compile still running
     return proc.returncode, err, seen
 
 
