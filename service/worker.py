@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import time
 from typing import Any
 
@@ -80,6 +81,11 @@ class DevplanWorker(SpawnWorker):
             return
         from rq.queue import Queue
 
+        # The stop runs inside RQ's horse monitor, whose alarm (every job monitoring interval)
+        # would raise out of this handler mid-way: the monitor would then reap the killed horse
+        # as a failure and spend one of the job's retries. No more alarms from here on.
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        signal.alarm(0)
         log.warning("worker %s: second stop signal; killing job %s and requeueing it", self.name, job.id)
         self.kill_horse()
         self.wait_for_horse()

@@ -386,6 +386,33 @@ def test_a_second_sigterm_requeues_the_job_on_the_other_worker(
     assert Job.fetch(job_id, connection=farm.connection()).retries_left == 2
 
 
+def test_the_cold_stop_is_not_cut_short_by_the_horse_monitors_alarm(
+    farm: Farm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second SIGTERM arrives while RQ's horse monitor waits under its alarm: an alarm
+    going off inside the stop must not abort it (the monitor would then reap the killed horse
+    as a failure and spend a retry). Here the alarm goes off exactly while the horse is killed."""
+    from rq import Queue, Retry
+    from rq.job import Job
+    from rq.timeouts import HorseMonitorTimeoutException, UnixSignalDeathPenalty
+
+    from service.worker import make_worker
+
+    queue = Queue(f"cold-stop-{next(_names)}", connection=farm.connection())
+    job = queue.enqueue("builtins.len", "abcd", retry=Retry(max=2))
+    queue.remove(job)  # the worker took it
+    waiting = queue.enqueue("builtins.len", "abc")
+    worker = make_worker(settings_for(farm), queues=[queue.name], name=f"cold-stop-{next(_names)}")
+    worker._horse_pid = os.getpid()  # nothing is killed: the stubs below stand in for the horse
+    monkeypatch.setattr(worker, "get_current_job", lambda: job)
+    monkeypatch.setattr(worker, "kill_horse", lambda: os.kill(os.getpid(), signal.SIGALRM))
+    monkeypatch.setattr(worker, "wait_for_horse", lambda: (os.getpid(), 9, None))
+    with pytest.raises(SystemExit), UnixSignalDeathPenalty(60, HorseMonitorTimeoutException):
+        worker.request_force_stop(signal.SIGTERM, None)
+    assert queue.job_ids == [job.id, waiting.id]  # back at the front
+    assert Job.fetch(job.id, connection=farm.connection()).retries_left == 2
+
+
 def test_sync_compile_past_its_limit_is_504_and_cancels_the_job(farm: Farm, two_workers: list[str]) -> None:
     settings = settings_for(farm).model_copy(update={"compile_timeout_s": 2.0})
     app = create_app(settings)
