@@ -32,6 +32,9 @@ def overlap_plan(
     overlapped schedule gets shorter (on a tie, when the synchronous
     objective falls) and the budgets still hold, first improvement:
 
+    0. once, first: every weight class resident on a budgeted device to a
+       device without a budget (everything streamed, as offloading runtimes
+       do; the moves below keep what is better resident);
     1. a weight class (it holds weights and reads nothing) to another
        allowed device: those resident on a budgeted device first (moving
        one frees room to prefetch the others), largest first;
@@ -98,7 +101,12 @@ def overlap_plan(
                 if a < b and da != db and db in problem.allowed[a] and da in problem.allowed[b]:
                     yield [(a, db), (b, da)]
 
-    while best_ns > goal_ns:
+    # First every weight resident on a budgeted device streamed from where it may live without
+    # one (the room they leave prefetches the rest; the moves below make some resident again).
+    unbudgeted = {c: next((d for d in problem.allowed[c] if d not in problem.budgets), None) for c in movable}
+    streamed = [(c, d) for c, d in unbudgeted.items() if d is not None and plan[c] in problem.budgets]
+    step: bool | None = attempt(streamed) if streamed else False
+    while best_ns > goal_ns and step is not None:
         step = first(singles(movable))
         if step is False:
             step = first(swaps())

@@ -56,6 +56,7 @@ from .problem import (
 )
 from .report import CostReport, DeviceCost
 from .sizes import Sizes, module_types
+from .stalls import stall_lower
 from .strategies import GAP_GOAL_PPM, solve
 from .z3_encoding import z3_confirm
 
@@ -157,7 +158,8 @@ def optimize(
 
         def enough(assign: list[int]) -> list[int] | None:
             moved = overlap_plan(problem, weights, assign, work.part(OVERLAP_UNITS), cut_goal)
-            return moved if schedule(problem, moved, True).total_ns <= cut_goal else None
+            ns = schedule(problem, moved, True).total_ns
+            return moved if ns <= cut_goal or ns <= _goal(stall_lower(problem, weights, ns)) else None
 
     solution = solve(problem, weights, work, enough)
     if solution is None:
@@ -174,6 +176,9 @@ def optimize(
             solution = dataclasses.replace(
                 solution, assign=moved, objective=objective, method=f"{method} + overlap moves"
             )
+        # The bound that sees the budget's stalls (stalls.py) needs the plan's own time.
+        final_ns = schedule(problem, solution.assign, True).total_ns
+        overlap_lower_ns = max(overlap_lower_ns, stall_lower(problem, weights, final_ns))
     if work.cut_short:
         solution = dataclasses.replace(solution, method=f"{solution.method} ({CUT_SHORT})")
     lap("solve")

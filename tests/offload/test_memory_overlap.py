@@ -14,6 +14,7 @@ from solver.optimize import Problem, Weights, budget_violations, evaluate
 from solver.optimize.cost_model import LinkProfile
 from solver.optimize.memory import overlap_bound, peak_memory, schedule
 from solver.optimize.overlap import overlap_lower, overlap_plan
+from solver.optimize.stalls import stall_lower
 from solver.optimize.strategies import solve
 from solver.work import Work
 from tests.solver.test_optimize_search import random_problem
@@ -146,6 +147,69 @@ def random_layered(seed: int) -> Problem:
     return layered(sizes, times, value, budget)
 
 
+def random_streaming(seed: int) -> Problem:
+    """A random chain of kernels reading weights: a kernel reads up to two weights (now and then
+    one an earlier kernel read too) and earlier results (skip edges), a kernel or a weight is
+    pinned now and then, weights of very different sizes, links of random speed and a budget on
+    the GPU from a fifth of the weights up. At most 12 classes: every plan can be tried."""
+    rng = random.Random(seed)
+    base = random_problem(0, 2, 2, budgets=False, pins=False)
+    allowed: list[list[int]] = []
+    unary: list[dict[int, int]] = []
+    weight_bytes: list[int] = []
+    largest: list[int] = []
+    ops: list[int] = []
+    edges: list[tuple[int, int, int, int]] = []
+    kernels: list[int] = []
+    weights: list[int] = []
+
+    def add(ok: list[int], costs: dict[int, int], nbytes: int, result: int, op: int) -> int:
+        allowed.append(ok)
+        unary.append(costs)
+        weight_bytes.append(nbytes)
+        largest.append(result)
+        ops.append(op)
+        return len(allowed) - 1
+
+    while len(allowed) < 10:
+        reads = []
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            if weights and rng.random() < 0.2:
+                reads.append(rng.choice(weights))
+            else:
+                size = rng.choice((500, 2000, 6000, 20_000))
+                ok = [CPU] if rng.random() < 0.1 else [CPU, GPU]
+                weights.append(add(ok, {d: 0 for d in ok}, size, 0, 0))
+                reads.append(weights[-1])
+        ok = [GPU] if rng.random() < 0.15 else [CPU, GPU]
+        gpu_ns = rng.randint(300, 8000)
+        costs = {CPU: gpu_ns * rng.randint(2, 40), GPU: gpu_ns}
+        k = add(ok, {d: costs[d] for d in ok}, 0, rng.choice((0, 100, 1500)), 1)
+        for w in dict.fromkeys(reads):
+            edges.append((k, w, weight_bytes[w], 1))
+        if kernels:
+            edges.append((k, kernels[-1], rng.choice((50, 400, 3000)), 1))
+            if len(kernels) > 1 and rng.random() < 0.3:
+                edges.append((k, rng.choice(kernels[:-1]), rng.choice((50, 400)), rng.randint(1, 2)))
+        kernels.append(k)
+    n = len(allowed)
+    link = LinkProfile(rng.choice((0.5, 1.0, 3.0)), rng.choice((0.0, 0.2)))
+    budget = int(sum(weight_bytes) * rng.uniform(0.2, 1.0)) + 3000
+    return dataclasses.replace(
+        base,
+        links=[[None, link], [link, None]],
+        classes=list(range(n)),
+        allowed=allowed,
+        unary=unary,
+        ops=ops,
+        pref=[GPU if GPU in ok else CPU for ok in allowed],
+        edges=edges,
+        weight_bytes=weight_bytes,
+        largest=largest,
+        budgets={GPU: budget},
+    )
+
+
 def every_plan(problem: Problem) -> list[list[int]]:
     return [list(a) for a in itertools.product(*problem.allowed) if not budget_violations(problem, list(a))]
 
@@ -171,6 +235,50 @@ def test_bounds_hold_and_the_plan_is_the_optimum(seed: int) -> None:
         assert timed.total_ns <= evaluate(problem, weights, p)[1]  # overlap never slows a plan
         for d, budget in problem.budgets.items():
             assert timed.peak_bytes.get(d, 0) <= budget  # prefetching stays within the budget
+
+
+def test_the_stall_bound_sees_a_head_the_budget_cannot_prefetch() -> None:
+    # Three layers of 5000 ns kernels (90 us on the cpu) reading 4000, 4000 and 10000 B weights
+    # (a byte a ns over the link), 100 B results, 14000 B on the GPU. Streamed, w1's copy has
+    # nothing to hide behind [0, 4000]; L1 [4000, 9000] hides w2's; the head fits beside L2's
+    # 4000 B copy and 200 B of results only after L2, so its copy runs [14000, 24000] and L3
+    # [24000, 29000]. Keeping a weight resident leaves no room for the others' copies.
+    problem = layered([4000, 4000, 10_000], [(90_000, 5000)] * 3, 100, 14_000)
+    weights = Weights.of(problem)
+    streamed = [CPU, GPU] * 3
+    assert schedule(problem, streamed, overlap=True).total_ns == 29_000
+    assert min(schedule(problem, p, overlap=True).total_ns for p in every_plan(problem)) == 29_000
+    found = solve(problem, weights, Work(10**12))
+    assert found is not None
+    # Kernels alone: the bound that lets every copy hide.
+    assert overlap_lower(problem, weights, found.lower // weights.per_ns) == 15_000
+    # The stall bound proves the plan optimal.
+    assert stall_lower(problem, weights, 29_000) == 29_000
+    # It assumes a kernel stays on the GPU only where moving it costs more than the plan it bounds.
+    assert stall_lower(problem, weights, 10**9) < 29_000
+
+
+def test_the_stall_bound_holds_against_every_plan() -> None:
+    # Random chains of kernels reading weights (some shared, some pinned) under budgets: the
+    # bound never exceeds the least overlapped time, whatever plan it is asked to bound, and it
+    # is worth having: above the bound without memory on a third of them, exact on a sixth.
+    tried = above = exact = 0
+    for seed in range(80):
+        problem = random_streaming(seed)
+        weights = Weights.of(problem)
+        times = sorted(schedule(problem, p, overlap=True).total_ns for p in every_plan(problem))
+        if not times:
+            continue  # a pinned weight larger than the budget
+        least = times[0]
+        for target in (least, times[len(times) // 2], times[-1]):
+            assert stall_lower(problem, weights, target) <= least, (seed, target)
+        found = solve(problem, weights, Work(10**12))
+        assert found is not None
+        bound = stall_lower(problem, weights, least)
+        tried += 1
+        above += bound > overlap_lower(problem, weights, found.lower // weights.per_ns)
+        exact += bound == least
+    assert tried >= 70 and above >= tried // 3 and exact >= tried // 6
 
 
 def test_a_budget_nothing_fits_names_the_smallest_peak() -> None:
