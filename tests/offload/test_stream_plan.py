@@ -47,3 +47,26 @@ def test_the_resident_weight_dual_bounds_every_plan_within_the_budget() -> None:
         above_cheapest += dual // weights.per_ns > cheapest
     # The dual sees that weights beyond the budget cost copies (or cpu time) on most of them.
     assert above_cheapest >= len(problems) // 2
+
+
+def test_a_large_weight_resident_first_leaves_room_for_more() -> None:
+    import dataclasses
+
+    from solver.optimize import evaluate
+    from solver.optimize.cost_model import LinkProfile
+    from tests.offload.test_memory_overlap import layered
+
+    # Three 1000 B weights and a 5000 B head, 7000 B on the GPU, copies 1 B a ns after 500 ns: a
+    # small weight saves 1.5 ns a byte resident, the head 1.1. Small ones first, the head streamed
+    # needs 5200 B at its step, so one small weight fits beside it (1500 ns saved); the head
+    # resident first leaves 1200 B for the copies of the small ones (5500 ns saved).
+    link = LinkProfile(1.0, 0.5)
+    problem = layered([1000, 1000, 1000, 5000], [(90_000, 5000)] * 4, 100, 7000)
+    problem = dataclasses.replace(problem, links=[[None, link], [link, None]])
+    weights = Weights.of(problem)
+    _, start = _cut(stream.streamed(problem, CPU), weights, (CPU, GPU))
+    plan = stream.stream_plan(problem, weights, GPU, CPU, start)
+    assert plan == [CPU, GPU, CPU, GPU, CPU, GPU, GPU, GPU]
+    assert not budget_violations(problem, plan)
+    # Every kernel on the GPU, the three small weights copied in.
+    assert evaluate(problem, weights, plan)[1] == 4 * 5000 + 3 * 1500
