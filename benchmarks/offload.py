@@ -32,6 +32,7 @@ and the module included), the bound's gap and the method.
 
     .venv/bin/python benchmarks/offload.py                     # every model
     .venv/bin/python benchmarks/offload.py --models public 7b-32
+    .venv/bin/python benchmarks/offload.py --models --export DIR/hf_llama.json   # a torch export only
 """
 
 from __future__ import annotations
@@ -321,7 +322,14 @@ def generated_model(name: str) -> tuple[str, str, None, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="offload plans against accelerate and llama.cpp -ngl N")
-    parser.add_argument("--models", nargs="+", default=["public", *GENERATED])
+    parser.add_argument("--models", nargs="*", default=["public", *GENERATED])
+    parser.add_argument(
+        "--export",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="Relax modules in TVM JSON made by ../shared/tools/export_relax.py (a torch export), after --models",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     import service.relax_planning  # noqa: F401  (TVM imported before the clocks start)
@@ -331,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         model = public_model() if name == "public" else generated_model(name)
         model_rows(*model)
+    for path in args.export:
+        text = Path(path).read_text()
+        model_rows(f"{Path(path).stem} (torch export)", text, None, sum(layout(text).sizes.values()))
     return 0
 
 
