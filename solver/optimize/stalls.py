@@ -50,7 +50,7 @@ from .strategies import cut_value, two_devices
 # Weights split into cases (resident or streamed), largest first.
 SPLITS = 2
 # Steps the windows' searches walk at most (past it a window is taken as long as it can be).
-SCAN_STEPS = 2_000_000
+SCAN_STEPS = 200_000
 # A case no plan fits (above every bound; `stall_lower` caps it).
 INFEASIBLE = 1 << 62
 
