@@ -131,10 +131,26 @@ def overlap_lower(problem: Problem, weights: Weights, sync_lower_ns: int) -> int
     pair = two_devices(problem)
     if pair is None or pair[0] == pair[1]:
         return bound  # one device: no copies, and the bound is every kernel's time
+    return max(bound, kernels_and_activation_copies(problem, weights, pair))
+
+
+def kernels_and_activation_copies(
+    problem: Problem, weights: Weights, pair: tuple[int, int], free_steps: Sequence[int] = ()
+) -> int:
+    """The least time (ns) of the kernels and activation copies of every step but
+    `free_steps` over the two devices `pair`: the minimum cut without the weight
+    copies (they run on the side) and the budgets, the free steps' kernels and the
+    copies into them costing nothing (`stalls` prices those steps itself)."""
     live = problem.liveness
+    free = {live.order[s] for s in free_steps}
     relaxed = dataclasses.replace(
         problem,
-        edges=[(u, v, b * uses, 1) for u, v, b, uses in problem.edges if b and not live.weight[v]],
+        unary=[{e: 0 for e in ok} if c in free else problem.unary[c] for c, ok in enumerate(problem.allowed)]
+        if free
+        else problem.unary,
+        edges=[
+            (u, v, b * uses, 1) for u, v, b, uses in problem.edges if b and not live.weight[v] and u not in free
+        ],
         budgets={},
     )
-    return max(bound, cut_value(relaxed, weights, pair) // weights.per_ns)
+    return cut_value(relaxed, weights, pair) // weights.per_ns

@@ -37,15 +37,15 @@ elsewhere the bound is 0.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .cost_model import LinkProfile, copy_ns
+from .overlap import kernels_and_activation_copies
 from .problem import Problem, Weights
-from .strategies import cut_value, two_devices
+from .strategies import two_devices
 
 # Weights split into cases (resident or streamed), largest first.
 SPLITS = 2
@@ -71,11 +71,9 @@ class _Device:
 
     problem: Problem
     weights: Weights
-    d: int
+    pair: tuple[int, int]  # the problem's two devices
     budget: int
-    held: list[bool]  # per step: its class runs on d in every plan faster than the target
-    cheap: np.ndarray  # per step: its kernel at its cheapest device
-    prefix: np.ndarray  # prefix sums of `cheap`
+    prefix: np.ndarray  # prefix sums of each step's kernel at its cheapest device
     act: np.ndarray  # per step: activations on d there, in every plan that keeps `held` on d
     pinned: int  # bytes resident on d in every such plan
     pinned_weights: set[int]
@@ -109,7 +107,7 @@ class _Device:
         for c in self.copies:
             if c.weight not in known:
                 first.setdefault(c.weight, c.step)
-        n = len(self.held)
+        n = len(self.act)
         per_step = np.zeros(n, dtype=np.int64)
         forced_at = np.zeros(n, dtype=np.int64)  # copies made in every plan of the case
         for c in self.copies:
@@ -148,7 +146,7 @@ class _Device:
         savings = _knapsack([(stall, p.weight_bytes[w]) for w, stall in saved.items()], room)
         free = [s for start, k, _stall, _c in chosen for s in range(start, k)]
         windows_ns = sum(max(c.ns, int(self.prefix[k] - self.prefix[start])) for start, k, _s, c in chosen)
-        return _cut_outside(p, self.weights, free) + windows_ns - savings
+        return kernels_and_activation_copies(p, self.weights, self.pair, free) + windows_ns - savings
 
     def _window(self, c: _Copy, pinned: int, reads: np.ndarray) -> int:
         """The earliest step the copy `c` can be issued at in any plan: the copy is held at
@@ -186,11 +184,13 @@ def stall_lower(problem: Problem, weights: Weights, target_ns: int) -> int:
         other = pair[1] if d == pair[0] else pair[0]
         link = problem.links[other][d]
         if link is not None:
-            best = max(best, _device_lower(problem, weights, d, budget, link, target_ns))
+            best = max(best, _device_lower(problem, weights, pair, d, budget, link, target_ns))
     return best
 
 
-def _device_lower(problem: Problem, weights: Weights, d: int, budget: int, link: LinkProfile, target_ns: int) -> int:
+def _device_lower(
+    problem: Problem, weights: Weights, pair: tuple[int, int], d: int, budget: int, link: LinkProfile, target_ns: int
+) -> int:
     live = problem.liveness
     order = live.order
     n = len(order)
@@ -210,12 +210,10 @@ def _device_lower(problem: Problem, weights: Weights, d: int, budget: int, link:
         elif everything + away - int(cheap[s]) >= target_ns:
             held[s] = True
             escape = min(escape, everything + away - int(cheap[s]))
+    held_classes = {order[s] for s in range(n) if held[s]}
     pinned_weights = {c for c, ok in enumerate(problem.allowed) if problem.weight_bytes[c] and list(ok) == [d]}
-    pinned_weights |= {order[s] for s in range(n) if held[s] and problem.weight_bytes[order[s]]}
+    pinned_weights |= {x for x in held_classes if problem.weight_bytes[x]}
     pinned = sum(problem.weight_bytes[c] for c in pinned_weights)
-    held_class = [False] * len(problem.allowed)
-    for s in range(n):
-        held_class[order[s]] = held[s]
     # Activations on d at each step: live values of held classes, and a held step's own working set.
     diff = np.zeros(n + 1, dtype=np.int64)
     copies: list[_Copy] = []
@@ -230,7 +228,7 @@ def _device_lower(problem: Problem, weights: Weights, d: int, budget: int, link:
             if live.weight[u]:
                 if u not in pinned_weights and nbytes:
                     copies.append(_Copy(s, u, nbytes, copy_ns(nbytes, link)))
-            elif not held_class[u]:
+            elif u not in held_classes:
                 own += min(live.value[u], nbytes)
         diff[s] += own
         diff[s + 1] -= own
@@ -238,7 +236,7 @@ def _device_lower(problem: Problem, weights: Weights, d: int, budget: int, link:
     if not copies:
         return 0
     movable = {c.weight for c in copies if d in problem.allowed[c.weight]}
-    device = _Device(problem, weights, d, budget, held, cheap, prefix, act, pinned, pinned_weights, copies, movable)
+    device = _Device(problem, weights, pair, budget, prefix, act, pinned, pinned_weights, copies, movable)
     best = device.case(None, None)
     largest = sorted(movable, key=lambda w: (-problem.weight_bytes[w], w))[:SPLITS]
     for w in largest:
@@ -286,22 +284,3 @@ def _knapsack(items: Sequence[tuple[int, int]], room: int) -> int:
             total += -(-value * room // nbytes)
             room = 0
     return total
-
-
-def _cut_outside(problem: Problem, weights: Weights, free_steps: Sequence[int]) -> int:
-    """The least time (ns) of every step but `free_steps`: the minimum cut of the
-    kernels and activation copies (weights copied on the side, budgets aside),
-    the free steps' kernels and the copies into them costing nothing."""
-    live = problem.liveness
-    free = {live.order[s] for s in free_steps}
-    relaxed = dataclasses.replace(
-        problem,
-        unary=[{e: 0 for e in ok} if c in free else problem.unary[c] for c, ok in enumerate(problem.allowed)],
-        edges=[
-            (u, v, b * uses, 1) for u, v, b, uses in problem.edges if b and not live.weight[v] and u not in free
-        ],
-        budgets={},
-    )
-    pair = two_devices(problem)
-    assert pair is not None
-    return cut_value(relaxed, weights, pair) // weights.per_ns
